@@ -1,0 +1,79 @@
+# genparity — build, test and benchmark.
+#   make            build/genparity, build/libgenparity.a, build/libgenparity.so
+#   make test       build and run the whole suite (ends with "N passed, N failed, N skipped")
+#   make asan       the unit suite once under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
+#   make demo       generate Shakespeare-like text from the embedded model
+#   make deps       install the Debian packages the build needs (as root), else print the apt-get line
+
+BUILD   ?= build
+CC      ?= gcc
+OPT     ?= -O2
+SAN     ?=
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter \
+              -fPIC -fopenmp -Iinclude -Isrc -Itests -I/usr/include/cjson $(SAN)
+CFLAGS  ?=
+ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
+LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
+LDFLAGS_ALL = -fopenmp $(SAN) $(LDFLAGS)
+
+LIB_SRC  := $(shell find src -name '*.c' | sort)
+CLI_SRC  := $(shell find cli -name '*.c' | sort)
+TEST_SRC := $(shell find tests -name '*.c' | sort)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+
+.PHONY: all test asan demo deps clean bench bench-tokenizer header-check
+
+all: deps-check $(BUILD)/genparity $(BUILD)/libgenparity.a $(BUILD)/libgenparity.so
+
+deps-check:
+	@sh scripts/install-deps.sh --check
+
+deps:
+	@sh scripts/install-deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libgenparity.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libgenparity.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
+
+$(BUILD)/genparity: $(CLI_OBJ) $(BUILD)/libgenparity.a
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
+
+$(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libgenparity.a
+	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
+
+# The header must compile as C and as C++.
+$(BUILD)/header-check.stamp: include/genparity.h
+	@mkdir -p $(BUILD)
+	echo '#include "genparity.h"' | $(CC) -std=c11 -Wall -Wextra -Werror -Iinclude -x c -fsyntax-only -
+	echo '#include "genparity.h"' | g++ -std=c++11 -Wall -Wextra -Werror -Iinclude -x c++ -fsyntax-only -
+	@touch $@
+
+test: all $(BUILD)/run_tests $(BUILD)/header-check.stamp
+	GENPARITY_BIN=$(BUILD)/genparity ./$(BUILD)/run_tests $(T)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+		build-asan/genparity build-asan/run_tests
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 GENPARITY_BIN=build-asan/genparity GENPARITY_ASAN=1 \
+		./build-asan/run_tests $(T)
+
+demo: all
+	./$(BUILD)/genparity generate --prompt "ROMEO:" --max-tokens 80
+
+bench: all
+	sh bench/run.sh
+
+clean:
+	rm -rf build build-asan
+
+-include $(DEPS)

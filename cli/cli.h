@@ -1,0 +1,24 @@
+/* cli.h — the genparity command-line tool's subcommands (parsing and printing only; the work is the library's). */
+#ifndef GP_CLI_H
+#define GP_CLI_H
+
+#include "genparity.h"
+
+int cmd_generate(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+
+/* Prints "genparity: <what>: <library message>" to stderr and returns 1. */
+int cli_fail(const char *what);
+
+/* Parses "1,2,3" into a malloc'd array; returns 0 on success, -1 on a malformed list. */
+int cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
+
+/* Writes s as a JSON string literal (quotes and escapes) to f. */
+#include <stdio.h>
+void cli_json_string(FILE *f, const char *s, size_t len);
+
+/* Default model folder: $GENPARITY_MODEL, else models/shakespeare-llama beside the executable's build dir. */
+const char *cli_default_model(void);
+
+#endif

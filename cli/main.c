@@ -1,0 +1,122 @@
+/* main.c — entry point of the genparity tool: dispatches to a subcommand and holds shared CLI helpers. */
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "genparity %s — text generation with transformers parity\n"
+            "\n"
+            "usage: genparity <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  generate     generate text from a prompt (genparity generate --help)\n"
+            "  tokenize     text to ids\n"
+            "  detokenize   ids to text\n"
+            "  version      print the version\n",
+            gp_version());
+}
+
+int cli_fail(const char *what) {
+    fprintf(stderr, "genparity: %s: %s\n", what, gp_errmsg());
+    return 1;
+}
+
+int cli_parse_ids(const char *s, int32_t **ids, int32_t *n) {
+    size_t cap = 16, k = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v) return -1;
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ') p++;
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX) {
+            free(v);
+            return -1;
+        }
+        if (k == cap) {
+            cap *= 2;
+            int32_t *w = realloc(v, cap * sizeof *v);
+            if (!w) {
+                free(v);
+                return -1;
+            }
+            v = w;
+        }
+        v[k++] = (int32_t)x;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == ',') p++;
+        else if (*p) {
+            free(v);
+            return -1;
+        }
+    }
+    *ids = v;
+    *n = (int32_t)k;
+    return 0;
+}
+
+void cli_json_string(FILE *f, const char *s, size_t len) {
+    fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        case '\b': fputs("\\b", f); break;
+        case '\f': fputs("\\f", f); break;
+        default:
+            if (c < 0x20) fprintf(f, "\\u%04x", c);
+            else fputc(c, f);
+        }
+    }
+    fputc('"', f);
+}
+
+const char *cli_default_model(void) {
+    const char *e = getenv("GENPARITY_MODEL");
+    if (e && *e) return e;
+    /* the embedded model lives at <repo>/models/shakespeare-llama; the binary at <repo>/build/genparity */
+    static char buf[PATH_MAX + 64];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(buf, sizeof buf, "%s/../models/shakespeare-llama", exe);
+            if (access(buf, R_OK) == 0) return buf;
+        }
+    }
+    return "models/shakespeare-llama";
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("genparity %s\n", gp_version());
+        return 0;
+    }
+    fprintf(stderr, "genparity: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

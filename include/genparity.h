@@ -1,0 +1,284 @@
+/*
+ * genparity.h — the whole public API of genparity, and its manual.
+ *
+ * genparity loads Hugging Face decoder checkpoints (Llama, Mistral, Qwen2/3, Gemma 2/3) and generates text with
+ * the same numbers as transformers' generate().  Nothing outside this header is API.
+ *
+ * Conventions
+ *   - Every fallible call returns a gp_status; GP_OK is 0.  On failure the message (naming the file and the
+ *     field at fault) is kept thread-locally and read with gp_errmsg() until the next failing call on the thread.
+ *   - Handles are opaque.  Every _init/_load has a _free; freeing NULL is a no-op.
+ *   - Ownership is stated on each function: "borrowed" pointers stay owned by the handle and live as long as it;
+ *     "caller frees" results are released with the named function.
+ *   - gp_model is immutable after load and may be shared by any number of threads and contexts.
+ *     gp_ctx (KV cache, scratch, hooks) belongs to one thread at a time.
+ *   - The library never exits, aborts or prints.
+ *   - Enums are append-only; params structs come from gp_*_default_params() so new fields get defaults.
+ *
+ * Minimal use
+ *   gp_model *m; gp_ctx *c; gp_gen_result r;
+ *   if (gp_model_load("models/shakespeare-llama", NULL, &m) != GP_OK) { fprintf(stderr, "%s\n", gp_errmsg()); }
+ *   gp_ctx_init(m, NULL, &c);
+ *   gp_gen_config g = gp_model_gen_config(m);   // transformers' defaults < generation_config.json
+ *   g.max_new_tokens = 64; g.do_sample = 0;
+ *   gp_generate(c, ids, n_ids, &g, NULL, NULL, &r);
+ *   gp_gen_result_free(&r); gp_ctx_free(c); gp_model_free(m);
+ */
+#ifndef GENPARITY_H
+#define GENPARITY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GP_VERSION_MAJOR 0
+#define GP_VERSION_MINOR 1
+#define GP_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Status and errors                                                                                              */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+typedef enum gp_status {
+    GP_OK = 0,
+    GP_ERR_INVALID_ARG = 1, /* a caller's argument is NULL, negative or out of range */
+    GP_ERR_IO = 2,          /* a file could not be opened, read, mapped or written */
+    GP_ERR_FORMAT = 3,      /* a file is malformed (bad JSON, bad safetensors header, inconsistent sizes) */
+    GP_ERR_UNSUPPORTED = 4, /* a valid input that genparity does not handle (architecture, tokenizer type) */
+    GP_ERR_NOMEM = 5,       /* an allocation failed or a size overflowed */
+    GP_ERR_MISSING = 6,     /* a required file, tensor or field is absent */
+    GP_ERR_RANGE = 7,       /* a value (token id, position, context length) is outside its valid range */
+    GP_ERR_STATE = 8,       /* the call is not valid in the handle's current state */
+    GP_ERR_CANCELLED = 9    /* a callback asked to stop */
+} gp_status;
+
+/* Returns a static, human-readable name for a status ("GP_ERR_FORMAT"). Never NULL. */
+const char *gp_status_str(gp_status s);
+
+/* Returns the message of the last failing call on this thread ("" if none); borrowed, valid until the next call
+ * that fails on this thread. */
+const char *gp_errmsg(void);
+
+/* Returns the library version as "MAJOR.MINOR.PATCH"; static string. */
+const char *gp_version(void);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Tokenizer (tokenizer.json + tokenizer_config.json)                                                             */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+typedef struct gp_tokenizer gp_tokenizer;
+
+/* Loads a tokenizer from a tokenizer.json file; tokenizer_config.json beside it is read if present.
+ * Returns GP_OK and *out (caller frees with gp_tokenizer_free), or an error and *out = NULL. */
+gp_status gp_tokenizer_load(const char *tokenizer_json_path, gp_tokenizer **out);
+
+/* Loads DIR/tokenizer.json (+ DIR/tokenizer_config.json if present). Same contract as gp_tokenizer_load. */
+gp_status gp_tokenizer_load_dir(const char *dir, gp_tokenizer **out);
+
+/* Frees a tokenizer; NULL is a no-op. Must not be called on the tokenizer borrowed from a gp_model. */
+void gp_tokenizer_free(gp_tokenizer *tok);
+
+/* Encodes UTF-8 text (len bytes; invalid UTF-8 becomes U+FFFD per bad sequence) into ids, like transformers'
+ * tokenizer(text, add_special_tokens=add_special).  Returns GP_OK and *ids (caller frees with gp_free) with
+ * *n_ids entries. */
+gp_status gp_tokenizer_encode(const gp_tokenizer *tok, const char *text, size_t len, int add_special,
+                              int32_t **ids, int32_t *n_ids);
+
+/* Decodes ids into UTF-8 text like transformers' decode(ids, skip_special_tokens=skip_special).  Ids that end
+ * mid-character decode to U+FFFD at the end.  Returns GP_OK and *text (NUL-terminated, caller frees with gp_free)
+ * of *len bytes. */
+gp_status gp_tokenizer_decode(const gp_tokenizer *tok, const int32_t *ids, int32_t n_ids, int skip_special,
+                              char **text, size_t *len);
+
+/* Returns the number of ids (vocabulary plus added tokens). */
+int32_t gp_tokenizer_n_vocab(const gp_tokenizer *tok);
+
+/* Returns the id of a token string, or -1 if it is not in the vocabulary. */
+int32_t gp_tokenizer_token_to_id(const gp_tokenizer *tok, const char *token);
+
+/* Returns the stored string of an id (borrowed), or NULL if out of range. */
+const char *gp_tokenizer_id_to_token(const gp_tokenizer *tok, int32_t id);
+
+/* Returns the BOS / EOS / PAD id from tokenizer_config.json (or the vocabulary), or -1 when absent. */
+int32_t gp_tokenizer_bos_id(const gp_tokenizer *tok);
+int32_t gp_tokenizer_eos_id(const gp_tokenizer *tok);
+int32_t gp_tokenizer_pad_id(const gp_tokenizer *tok);
+
+/* Returns 1 if id is a special (added, special=true) token, else 0. */
+int gp_tokenizer_is_special(const gp_tokenizer *tok, int32_t id);
+
+/* Streaming detokenizer: feed ids one at a time, get text pieces that never split a UTF-8 character or a
+ * SentencePiece space; the concatenation of all pieces (plus gp_detok_flush) equals gp_tokenizer_decode of all
+ * ids. */
+typedef struct gp_detok gp_detok;
+
+/* Creates a streaming detokenizer over tok (borrowed; must outlive it). Returns GP_OK and *out (caller frees
+ * with gp_detok_free). */
+gp_status gp_detok_init(const gp_tokenizer *tok, int skip_special, gp_detok **out);
+
+/* Frees a streaming detokenizer; NULL is a no-op. */
+void gp_detok_free(gp_detok *d);
+
+/* Adds one id; *piece receives the newly final text (borrowed, valid until the next call on d, may be ""). */
+gp_status gp_detok_push(gp_detok *d, int32_t id, const char **piece);
+
+/* Returns in *piece whatever text is still held back (borrowed, valid until the next call on d). */
+gp_status gp_detok_flush(gp_detok *d, const char **piece);
+
+/* Frees memory returned by genparity with "caller frees with gp_free"; NULL is a no-op. */
+void gp_free(void *p);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Model                                                                                                          */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+typedef struct gp_model gp_model;
+
+typedef struct gp_model_params {
+    int32_t load_tokenizer; /* 1 (default): load DIR/tokenizer.json if present; 0: skip it */
+    void (*progress)(float fraction, void *user_data); /* optional: called during load with 0..1 */
+    void *progress_user_data;
+} gp_model_params;
+
+/* Returns the default model params. */
+gp_model_params gp_model_default_params(void);
+
+/* Loads a Hugging Face model folder (config.json, generation_config.json, model.safetensors or sharded
+ * model-*.safetensors + model.safetensors.index.json, tokenizer files).  Weights are memory-mapped and kept in
+ * their stored dtype.  params may be NULL.  Returns GP_OK and *out (caller frees with gp_model_free). */
+gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model **out);
+
+/* Frees a model and unmaps its files; NULL is a no-op.  Every gp_ctx of the model must be freed first. */
+void gp_model_free(gp_model *m);
+
+/* Returns the architecture name from config.json ("Qwen3ForCausalLM"); borrowed. */
+const char *gp_model_arch(const gp_model *m);
+
+/* Shape queries: vocabulary size, number of decoder layers, hidden size, maximum positions. */
+int32_t gp_model_n_vocab(const gp_model *m);
+int32_t gp_model_n_layers(const gp_model *m);
+int32_t gp_model_n_embd(const gp_model *m);
+int32_t gp_model_n_ctx_train(const gp_model *m);
+
+/* Returns the number of EOS ids (generation_config.json, else config.json) and writes up to cap of them to ids. */
+int32_t gp_model_eos_ids(const gp_model *m, int32_t *ids, int32_t cap);
+
+/* Returns the BOS id from generation_config.json / config.json, or -1. */
+int32_t gp_model_bos_id(const gp_model *m);
+
+/* Returns the model's tokenizer (borrowed, owned by the model), or NULL if the folder has none. */
+const gp_tokenizer *gp_model_tokenizer(const gp_model *m);
+
+/* Returns the total bytes of the mapped weight tensors. */
+uint64_t gp_model_weight_bytes(const gp_model *m);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Context: KV cache + scratch                                                                                    */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+typedef struct gp_ctx gp_ctx;
+
+typedef struct gp_ctx_params {
+    int32_t n_ctx;         /* maximum positions in the cache; 0 (default): the model's max_position_embeddings */
+    int32_t n_threads;     /* worker threads; 0 (default): all online CPUs */
+    int32_t prefill_chunk; /* tokens per batched prefill forward; default 512. Results do not depend on it. */
+} gp_ctx_params;
+
+/* Returns the default context params. */
+gp_ctx_params gp_ctx_default_params(void);
+
+/* Creates a context for m (borrowed; must outlive the context).  params may be NULL.  Returns GP_OK and *out
+ * (caller frees with gp_ctx_free). */
+gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **out);
+
+/* Frees a context; NULL is a no-op. */
+void gp_ctx_free(gp_ctx *c);
+
+/* Empties the KV cache (position back to 0). */
+void gp_ctx_reset(gp_ctx *c);
+
+/* Returns the number of positions currently in the KV cache. */
+int32_t gp_ctx_n_past(const gp_ctx *c);
+
+/* Returns the bytes held by the context's KV caches. */
+uint64_t gp_ctx_kv_bytes(const gp_ctx *c);
+
+/* Options of gp_ctx_eval. Zero-initialise, then set what you need. */
+typedef struct gp_eval_opts {
+    int32_t all_logits;           /* 0: logits of the last token only, [n_vocab]; 1: every token, [n, n_vocab] */
+    const int32_t *hidden_layers; /* hidden states to capture, transformers' output_hidden_states indices:
+                                     0 = embeddings (scaled for Gemma), i = output of decoder layer i-1,
+                                     n_layers = final norm of the last layer's output */
+    int32_t n_hidden_layers;
+    float *hidden_out;            /* caller's buffer [n_hidden_layers, n, n_embd], filled in that order */
+} gp_eval_opts;
+
+/* Runs n tokens through the model at positions n_past.. n_past+n-1, appends their keys/values to the cache and
+ * writes float32 logits to logits (caller's buffer; [n_vocab], or [n, n_vocab] with all_logits; may be NULL).
+ * opts may be NULL.  Prefill is batched in chunks of prefill_chunk.  Returns GP_OK, or GP_ERR_RANGE for an id
+ * outside the vocabulary or a cache overflow (the cache is then unchanged). */
+gp_status gp_ctx_eval(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_opts *opts, float *logits);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Generation                                                                                                     */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+#define GP_MAX_EOS 8
+
+/* Every decoding knob, with transformers' names and defaults.  Get one from gp_gen_config_default() (transformers'
+ * library defaults) or gp_model_gen_config() (those overridden by the model's generation_config.json). */
+typedef struct gp_gen_config {
+    int32_t max_new_tokens;  /* default 20, like transformers */
+    int32_t do_sample;       /* 0: greedy (first maximum); 1: sample */
+    float temperature;       /* default 1.0; applied only when sampling */
+    int32_t top_k;           /* default 50; 0 disables */
+    float top_p;             /* default 1.0 (off) */
+    int32_t eos_ids[GP_MAX_EOS];
+    int32_t n_eos;           /* number of valid eos_ids */
+    int32_t ignore_eos;      /* 1: do not stop at EOS */
+    uint64_t seed;           /* seed of the sampler's generator */
+} gp_gen_config;
+
+/* Returns transformers' library defaults (no EOS ids). */
+gp_gen_config gp_gen_config_default(void);
+
+/* Returns the library defaults overridden by the model's generation_config.json (EOS ids, sampling knobs). */
+gp_gen_config gp_model_gen_config(const gp_model *m);
+
+typedef enum gp_finish_reason {
+    GP_FINISH_NONE = 0,
+    GP_FINISH_STOP = 1,   /* an EOS id was generated */
+    GP_FINISH_LENGTH = 2  /* max_new_tokens reached */
+} gp_finish_reason;
+
+/* Returns "stop", "length", ... ; static string. */
+const char *gp_finish_reason_str(gp_finish_reason r);
+
+typedef struct gp_gen_result {
+    int32_t *tokens;          /* generated ids only (EOS included when it stopped generation); gp_gen_result_free */
+    int32_t n_tokens;
+    gp_finish_reason finish_reason;
+    int32_t n_prompt;         /* prompt tokens evaluated */
+    double prompt_seconds;    /* wall time of the prefill */
+    double gen_seconds;       /* wall time of the decode steps */
+} gp_gen_result;
+
+/* Per-token callback: return 0 to continue, non-zero to stop (gp_generate then returns GP_ERR_CANCELLED). */
+typedef int (*gp_token_cb)(int32_t id, void *user_data);
+
+/* Resets the context, prefills the prompt and generates until EOS or max_new_tokens, calling on_token (may be
+ * NULL) for every generated id.  Returns GP_OK and fills *result (caller frees with gp_gen_result_free). */
+gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
+                      gp_token_cb on_token, void *user_data, gp_gen_result *result);
+
+/* Frees the arrays inside a result and zeroes it; NULL is a no-op. */
+void gp_gen_result_free(gp_gen_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GENPARITY_H */

@@ -1,0 +1,138 @@
+/* util.c — thread-local error messages, checked allocation, timing and small file helpers. */
+#include "util/util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static _Thread_local char g_errmsg[1024];
+
+gp_status gp_set_error(gp_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+void gp_clear_error(void) { g_errmsg[0] = 0; }
+
+const char *gp_errmsg(void) { return g_errmsg; }
+
+const char *gp_version(void) { return "0.1.0"; }
+
+const char *gp_status_str(gp_status s) {
+    switch (s) {
+    case GP_OK: return "GP_OK";
+    case GP_ERR_INVALID_ARG: return "GP_ERR_INVALID_ARG";
+    case GP_ERR_IO: return "GP_ERR_IO";
+    case GP_ERR_FORMAT: return "GP_ERR_FORMAT";
+    case GP_ERR_UNSUPPORTED: return "GP_ERR_UNSUPPORTED";
+    case GP_ERR_NOMEM: return "GP_ERR_NOMEM";
+    case GP_ERR_MISSING: return "GP_ERR_MISSING";
+    case GP_ERR_RANGE: return "GP_ERR_RANGE";
+    case GP_ERR_STATE: return "GP_ERR_STATE";
+    case GP_ERR_CANCELLED: return "GP_ERR_CANCELLED";
+    }
+    return "GP_ERR_UNKNOWN";
+}
+
+void gp_free(void *p) { free(p); }
+
+void *gp_malloc(size_t n, size_t size) {
+    size_t t;
+    if (!gp_mul_ok(n, size, &t)) {
+        gp_set_error(GP_ERR_NOMEM, "allocation of %zu x %zu bytes overflows", n, size);
+        return NULL;
+    }
+    void *p = malloc(t ? t : 1);
+    if (!p) gp_set_error(GP_ERR_NOMEM, "out of memory allocating %zu bytes", t);
+    return p;
+}
+
+void *gp_calloc(size_t n, size_t size) {
+    size_t t;
+    if (!gp_mul_ok(n, size, &t)) {
+        gp_set_error(GP_ERR_NOMEM, "allocation of %zu x %zu bytes overflows", n, size);
+        return NULL;
+    }
+    void *p = calloc(t ? n : 1, t ? size : 1);
+    if (!p) gp_set_error(GP_ERR_NOMEM, "out of memory allocating %zu bytes", t);
+    return p;
+}
+
+void *gp_realloc(void *p, size_t n, size_t size) {
+    size_t t;
+    if (!gp_mul_ok(n, size, &t)) {
+        gp_set_error(GP_ERR_NOMEM, "allocation of %zu x %zu bytes overflows", n, size);
+        return NULL;
+    }
+    void *q = realloc(p, t ? t : 1);
+    if (!q) gp_set_error(GP_ERR_NOMEM, "out of memory allocating %zu bytes", t);
+    return q;
+}
+
+char *gp_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = gp_malloc(n, 1);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+double gp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+gp_status gp_read_file(const char *path, size_t max_bytes, char **data, size_t *len) {
+    *data = NULL;
+    if (len) *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return gp_set_error(GP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return gp_set_error(GP_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max_bytes) {
+        fclose(f);
+        return gp_set_error(GP_ERR_FORMAT, "%s: file is %lld bytes, over the limit of %zu", path,
+                            (long long)st.st_size, max_bytes);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = gp_malloc(n + 1, 1);
+    if (!buf) {
+        fclose(f);
+        return GP_ERR_NOMEM;
+    }
+    if (n && fread(buf, 1, n, f) != n) {
+        free(buf);
+        fclose(f);
+        return gp_set_error(GP_ERR_IO, "%s: short read", path);
+    }
+    fclose(f);
+    buf[n] = 0;
+    *data = buf;
+    if (len) *len = n;
+    return GP_OK;
+}
+
+char *gp_path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = gp_malloc(a + b + 2, 1);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    size_t k = a;
+    if (a && dir[a - 1] != '/') p[k++] = '/';
+    memcpy(p + k, name, b + 1);
+    return p;
+}
+
+int gp_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
