@@ -50,8 +50,8 @@ typedef struct gp_tensor_view {
 
 typedef struct gp_st_set gp_st_set; /* one or more mapped safetensors files */
 
-/* Opens and validates one safetensors file (header length, JSON, dtypes, shapes, offsets contiguous, in order,
- * no gaps/overlaps, exactly covering the data section).  Returns GP_OK and *out (close with gp_st_close), or a
+/* Opens and validates one safetensors file (header length, JSON, dtypes, shapes; sorted by begin offset the spans
+ * start at 0, have no gaps/overlaps and exactly cover the data section; the JSON's key order is free).  Returns GP_OK and *out (close with gp_st_close), or a
  * status with a message naming the file and the tensor/field; nothing stays mapped on failure. */
 gp_status gp_st_open_file(const char *path, gp_st_set **out);
 
