@@ -1,0 +1,225 @@
+/* model.c — gp_model_load: reads config.json and generation_config.json, maps the safetensors weights, binds every
+ * tensor the architecture needs (checking name, dtype and shape), loads the tokenizer.  All or nothing: on any
+ * error everything is released and the message names the file and the field or tensor. */
+#include "model/model.h"
+#include "util/util.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+gp_model_params gp_model_default_params(void) {
+    gp_model_params p = {0};
+    p.load_tokenizer = 1;
+    return p;
+}
+
+/* Binds tensor `name` to *w after checking dtype and shape [rows, cols] (cols = 0: a vector of rows).
+ * required = 0: an absent tensor leaves w->data NULL. */
+static gp_status bind(gp_model *m, gp_wt *w, const char *name, int64_t rows, int64_t cols, int required) {
+    const gp_tensor_view *t = gp_st_find(m->st, name);
+    memset(w, 0, sizeof *w);
+    if (!t) {
+        if (!required) return GP_OK;
+        return gp_set_error(GP_ERR_MISSING, "%s: tensor '%s' is missing (%s needs it)", m->dir, name,
+                            m->cfg.arch_name);
+    }
+    if (t->dtype != GP_DTYPE_F32 && t->dtype != GP_DTYPE_BF16 && t->dtype != GP_DTYPE_F16)
+        return gp_set_error(GP_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported (F32, BF16, F16)", t->file,
+                            name, gp_dtype_name(t->dtype));
+    int ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols) : (t->ndim == 1 && t->shape[0] == rows);
+    if (!ok) {
+        char got[128] = "";
+        size_t k = 0;
+        for (int i = 0; i < t->ndim && k < sizeof got - 24; i++)
+            k += (size_t)snprintf(got + k, sizeof got - k, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (cols)
+            return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': shape [%s], config.json implies [%lld, %lld]", t->file,
+                                name, got, (long long)rows, (long long)cols);
+        return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': shape [%s], config.json implies [%lld]", t->file, name, got,
+                            (long long)rows);
+    }
+    w->data = t->data;
+    w->dtype = t->dtype;
+    w->rows = cols ? rows : 1;
+    w->cols = cols ? cols : rows;
+    return GP_OK;
+}
+
+static gp_status bind_layer(gp_model *m, int i) {
+    const gp_config *c = &m->cfg;
+    const gp_arch *a = &c->arch;
+    gp_layer *L = &m->layers[i];
+    int64_t E = c->n_embd, Q = (int64_t)c->n_heads * c->head_dim, KV = (int64_t)c->n_kv_heads * c->head_dim;
+    char n[256];
+    gp_status s;
+#define B(field, suffix, rows, cols, req)                                                                            \
+    do {                                                                                                             \
+        snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix);                                                      \
+        if ((s = bind(m, &L->field, n, rows, cols, req))) return s;                                                  \
+    } while (0)
+    B(attn_norm, "input_layernorm.weight", E, 0, 1);
+    B(wq, "self_attn.q_proj.weight", Q, E, 1);
+    B(wk, "self_attn.k_proj.weight", KV, E, 1);
+    B(wv, "self_attn.v_proj.weight", KV, E, 1);
+    B(wo, "self_attn.o_proj.weight", E, Q, 1);
+    B(bq, "self_attn.q_proj.bias", Q, 0, a->qkv_bias);
+    B(bk, "self_attn.k_proj.bias", KV, 0, a->qkv_bias);
+    B(bv, "self_attn.v_proj.bias", KV, 0, a->qkv_bias);
+    B(bo, "self_attn.o_proj.bias", E, 0, a->o_bias);
+    B(q_norm, "self_attn.q_norm.weight", c->head_dim, 0, a->qk_norm);
+    B(k_norm, "self_attn.k_norm.weight", c->head_dim, 0, a->qk_norm);
+    if (a->sandwich_norms) {
+        B(attn_post_norm, "post_attention_layernorm.weight", E, 0, 1);
+        B(ffn_norm, "pre_feedforward_layernorm.weight", E, 0, 1);
+        B(ffn_post_norm, "post_feedforward_layernorm.weight", E, 0, 1);
+    } else {
+        B(ffn_norm, "post_attention_layernorm.weight", E, 0, 1);
+    }
+    B(w_gate, "mlp.gate_proj.weight", c->n_ff, E, 1);
+    B(w_up, "mlp.up_proj.weight", c->n_ff, E, 1);
+    B(w_down, "mlp.down_proj.weight", E, c->n_ff, 1);
+    B(b_gate, "mlp.gate_proj.bias", c->n_ff, 0, a->mlp_bias);
+    B(b_up, "mlp.up_proj.bias", c->n_ff, 0, a->mlp_bias);
+    B(b_down, "mlp.down_proj.bias", E, 0, a->mlp_bias);
+#undef B
+    return GP_OK;
+}
+
+/* EOS/BOS from generation_config.json (they override config.json's, as transformers does). */
+static gp_status read_generation_config(gp_model *m) {
+    m->n_gen_eos = m->cfg.n_eos;
+    memcpy(m->gen_eos, m->cfg.eos_ids, sizeof m->gen_eos);
+    m->gen_bos = m->cfg.bos_id;
+    char *path = gp_path_join(m->dir, "generation_config.json");
+    if (!path) return GP_ERR_NOMEM;
+    if (!gp_file_exists(path)) {
+        free(path);
+        return GP_OK;
+    }
+    m->gen_config_path = path;
+    char *text;
+    gp_status s = gp_read_file(path, 1u << 20, &text, NULL);
+    if (s) return s;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return gp_set_error(GP_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    if (e && !cJSON_IsNull(e)) {
+        int n = 0;
+        if (cJSON_IsNumber(e)) m->gen_eos[n++] = (int32_t)e->valuedouble;
+        else if (cJSON_IsArray(e)) {
+            const cJSON *x;
+            cJSON_ArrayForEach(x, e) {
+                if (!cJSON_IsNumber(x) || n == GP_MAX_EOS) {
+                    cJSON_Delete(root);
+                    return gp_set_error(GP_ERR_FORMAT, "%s: field 'eos_token_id' must be up to %d ids", path,
+                                        GP_MAX_EOS);
+                }
+                m->gen_eos[n++] = (int32_t)x->valuedouble;
+            }
+        } else {
+            cJSON_Delete(root);
+            return gp_set_error(GP_ERR_FORMAT, "%s: field 'eos_token_id' must be an int or a list", path);
+        }
+        m->n_gen_eos = n;
+    }
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
+    if (cJSON_IsNumber(b)) m->gen_bos = (int32_t)b->valuedouble;
+    cJSON_Delete(root);
+    return GP_OK;
+}
+
+static void progress(const gp_model_params *p, float f) {
+    if (p && p->progress) p->progress(f, p->progress_user_data);
+}
+
+gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model **out) {
+    if (!out) return gp_set_error(GP_ERR_INVALID_ARG, "gp_model_load: out is NULL");
+    *out = NULL;
+    if (!dir) return gp_set_error(GP_ERR_INVALID_ARG, "gp_model_load: dir is NULL");
+    gp_model_params defaults = gp_model_default_params();
+    if (!params) params = &defaults;
+    gp_model *m = gp_calloc(1, sizeof *m);
+    if (!m) return GP_ERR_NOMEM;
+    gp_status s = GP_ERR_NOMEM;
+    m->be = gp_backend_cpu();
+    if (!(m->dir = gp_strdup(dir))) goto fail;
+    char *cfg_path = gp_path_join(dir, "config.json");
+    if (!cfg_path) goto fail;
+    if (!gp_file_exists(cfg_path)) {
+        s = gp_set_error(GP_ERR_MISSING, "%s: no config.json in the model folder", dir);
+        free(cfg_path);
+        goto fail;
+    }
+    s = gp_config_load(cfg_path, &m->cfg);
+    free(cfg_path);
+    if (s) goto fail;
+    progress(params, 0.05f);
+    if ((s = read_generation_config(m))) goto fail;
+    if ((s = gp_st_open_dir(dir, &m->st))) goto fail;
+    progress(params, 0.3f);
+
+    const gp_config *c = &m->cfg;
+    if ((s = bind(m, &m->tok_embd, "model.embed_tokens.weight", c->n_vocab, c->n_embd, 1))) goto fail;
+    if ((s = bind(m, &m->out_norm, "model.norm.weight", c->n_embd, 0, 1))) goto fail;
+    int tied = c->tie_word_embeddings;
+    if ((s = bind(m, &m->lm_head, "lm_head.weight", c->n_vocab, c->n_embd, tied == 0))) goto fail;
+    if (!m->lm_head.data || tied == 1) m->lm_head = m->tok_embd;
+    s = GP_ERR_NOMEM;
+    if (!(m->layers = gp_calloc((size_t)c->n_layers, sizeof *m->layers))) goto fail;
+    for (int i = 0; i < c->n_layers; i++) {
+        if ((s = bind_layer(m, i))) goto fail;
+        progress(params, 0.3f + 0.5f * (float)(i + 1) / (float)c->n_layers);
+    }
+    s = GP_ERR_NOMEM;
+    if (!(m->inv_freq_full = gp_malloc((size_t)c->head_dim / 2, sizeof(float)))) goto fail;
+    if (!(m->inv_freq_sliding = gp_malloc((size_t)c->head_dim / 2, sizeof(float)))) goto fail;
+    gp_rope_inv_freq(&c->rope_full, c->head_dim, m->inv_freq_full);
+    gp_rope_inv_freq(&c->rope_sliding, c->head_dim, m->inv_freq_sliding);
+
+    if (params->load_tokenizer) {
+        char *tp = gp_path_join(dir, "tokenizer.json");
+        if (!tp) goto fail;
+        int has = gp_file_exists(tp);
+        free(tp);
+        if (has && (s = gp_tokenizer_load_dir(dir, &m->tok))) goto fail;
+    }
+    progress(params, 1.0f);
+    *out = m;
+    return GP_OK;
+fail:
+    gp_model_free(m);
+    return s;
+}
+
+void gp_model_free(gp_model *m) {
+    if (!m) return;
+    gp_tokenizer_free(m->tok);
+    gp_st_close(m->st);
+    gp_config_free(&m->cfg);
+    free(m->layers);
+    free(m->inv_freq_full);
+    free(m->inv_freq_sliding);
+    free(m->gen_config_path);
+    free(m->dir);
+    free(m);
+}
+
+const char *gp_model_arch(const gp_model *m) { return m->cfg.arch_name; }
+int32_t gp_model_n_vocab(const gp_model *m) { return m->cfg.n_vocab; }
+int32_t gp_model_n_layers(const gp_model *m) { return m->cfg.n_layers; }
+int32_t gp_model_n_embd(const gp_model *m) { return m->cfg.n_embd; }
+int32_t gp_model_n_ctx_train(const gp_model *m) { return m->cfg.n_ctx_train; }
+int32_t gp_model_bos_id(const gp_model *m) { return m->gen_bos; }
+const gp_tokenizer *gp_model_tokenizer(const gp_model *m) { return m->tok; }
+uint64_t gp_model_weight_bytes(const gp_model *m) { return gp_st_total_bytes(m->st); }
+
+int32_t gp_model_eos_ids(const gp_model *m, int32_t *ids, int32_t cap) {
+    for (int32_t i = 0; i < m->n_gen_eos && i < cap; i++) ids[i] = m->gen_eos[i];
+    return m->n_gen_eos;
+}

@@ -1,0 +1,32 @@
+/* fixtures.h — helpers shared by the parity tests: the fixture model list, reading reference.json and
+ * reference.safetensors, comparing float arrays with a stated tolerance. */
+#ifndef GP_TEST_FIXTURES_H
+#define GP_TEST_FIXTURES_H
+
+#include "genparity.h"
+#include "io/safetensors.h"
+
+#include <cJSON.h>
+
+extern const char *const GP_FIXTURE_MODELS[];
+extern const int GP_N_FIXTURE_MODELS;
+
+/* Parses a JSON file (NULL + failure noted on error); caller cJSON_Delete()s. */
+cJSON *fx_read_json(const char *path);
+
+/* Reads a JSON array of ints into a malloc'd array; returns count or -1. */
+int fx_int_array(const cJSON *arr, int32_t **out);
+
+/* Loads models/<name> without its tokenizer (tokenizer = 0) or with it; NULL + failure on error. */
+gp_model *fx_load_model(const char *name, int tokenizer);
+
+/* max |a - b| over n floats (inf - inf of equal sign counts 0; mismatched infinities count as inf). */
+double fx_max_abs_diff(const float *a, const float *b, size_t n);
+
+/* Index of the first differing element of two id arrays, or -1 if identical (lengths compared too). */
+int fx_first_diff(const int32_t *a, int na, const int32_t *b, int nb);
+
+/* Prints "  ids: a b c ..." for debugging mismatches. */
+void fx_print_ids(const char *label, const int32_t *ids, int n);
+
+#endif
