@@ -109,17 +109,19 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!model_dir) model_dir = cli_default_model();
 
-    gp_model *m = NULL;
-    if (gp_model_load(model_dir, NULL, &m) != GP_OK) return cli_fail("loading the model");
     int32_t *ids = NULL, n_ids = 0;
+    if (prompt_ids && (cli_parse_ids(prompt_ids, &ids, &n_ids) || n_ids == 0)) {
+        fprintf(stderr, "genparity generate: --prompt-ids expects comma-separated ids, got '%s'\n", prompt_ids);
+        gp_free(ids);
+        return 2;
+    }
+    gp_model *m = NULL;
+    if (gp_model_load(model_dir, NULL, &m) != GP_OK) {
+        gp_free(ids);
+        return cli_fail("loading the model");
+    }
     const gp_tokenizer *tok = gp_model_tokenizer(m);
-    if (prompt_ids) {
-        if (cli_parse_ids(prompt_ids, &ids, &n_ids) || n_ids == 0) {
-            fprintf(stderr, "genparity generate: --prompt-ids expects comma-separated ids, got '%s'\n", prompt_ids);
-            gp_model_free(m);
-            return 2;
-        }
-    } else {
+    if (!prompt_ids) {
         if (!tok) {
             fprintf(stderr, "genparity generate: %s has no tokenizer.json; use --prompt-ids\n", model_dir);
             gp_model_free(m);
