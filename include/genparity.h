@@ -223,6 +223,47 @@ typedef struct gp_eval_opts {
 gp_status gp_ctx_eval(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_opts *opts, float *logits);
 
 /* ------------------------------------------------------------------------------------------------------------ */
+/* Steering: residual injection and logit bias W·v                                                               */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/* How a hook's coefficient a evolves with the forward step s (s = 0 is the first gp_ctx_eval after gp_ctx_reset,
+ * i.e. the prefill of the whole prompt; s = 1 the first one-token decode step, ...). */
+typedef enum gp_steer_schedule {
+    GP_STEER_CONSTANT = 0, /* a = alpha */
+    GP_STEER_RAMP = 1,     /* a = alpha * min(1, (s + 1) / steps) */
+    GP_STEER_WARMUP = 2,   /* a = 0 while s < steps, then alpha (leave the first `steps` forwards unsteered) */
+    GP_STEER_CALLBACK = 3  /* a = fn(s, user_data) */
+} gp_steer_schedule;
+
+typedef struct gp_steer_hook {
+    int32_t layer;           /* 0-based decoder layer whose output (the residual stream after it) gets a * vector */
+    const float *vector;     /* [n_embd]; copied by gp_ctx_steer_add */
+    float alpha;
+    gp_steer_schedule schedule;
+    int32_t steps;           /* RAMP / WARMUP length in forward steps (>= 1) */
+    float (*fn)(int32_t step, void *user_data); /* CALLBACK schedule */
+    void *user_data;
+} gp_steer_hook;
+
+/* Adds a residual-injection hook to the context: a * vector is added to the output of decoder layer `layer` at every
+ * position that later gp_ctx_eval calls run (prompt included), like a PyTorch forward hook on that layer.  Several
+ * hooks may be active, on the same or different layers; they add up.  Returns GP_OK or GP_ERR_RANGE/INVALID_ARG. */
+gp_status gp_ctx_steer_add(gp_ctx *c, const gp_steer_hook *hook);
+
+/* Removes every residual-injection hook and the logit-bias vector. */
+void gp_ctx_steer_clear(gp_ctx *c);
+
+/* Sets alpha * (output-embedding matrix @ vector [n_embd]) as a bias added to every logit gp_ctx_eval returns
+ * (after final soft-capping, before any logits processor), using the untied lm_head or the tied embedding.
+ * vector NULL clears it.  Returns GP_OK or GP_ERR_NOMEM. */
+gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha);
+
+/* Loads a steering vector: "FILE.safetensors:TENSOR" (any float dtype; "FILE.safetensors" alone if it holds one
+ * tensor), a NumPy .npy (float32/float64, little-endian, 1-D or [1, n]) or a raw little-endian float32 file.
+ * Returns GP_OK and *vec (caller frees with gp_free) of *n floats. */
+gp_status gp_steer_vector_load(const char *spec, float **vec, int32_t *n);
+
+/* ------------------------------------------------------------------------------------------------------------ */
 /* Generation                                                                                                     */
 /* ------------------------------------------------------------------------------------------------------------ */
 

@@ -6,6 +6,7 @@
  *   logits = lm_head(norm(x)) [soft-capped]
  * What differs between families is data in gp_arch (config.h), never a branch per family name. */
 #include "model/model.h"
+#include "steer/steer.h"
 #include "util/util.h"
 
 #include <math.h>
@@ -35,6 +36,7 @@ struct gp_ctx {
     float *att;        /* [chunk, n_heads*head_dim] */
     float *gate, *up;  /* [chunk, n_ff] */
     float *attn_scratch; /* [n_threads, n_ctx] attention scores */
+    gp_steer_state steer; /* residual hooks, logit-bias vector, forward step counter */
 };
 
 gp_ctx_params gp_ctx_default_params(void) {
@@ -105,10 +107,14 @@ void gp_ctx_free(gp_ctx *c) {
     free(c->gate);
     free(c->up);
     free(c->attn_scratch);
+    gp_steer_state_clear(&c->steer);
     free(c);
 }
 
-void gp_ctx_reset(gp_ctx *c) { c->n_past = 0; }
+void gp_ctx_reset(gp_ctx *c) {
+    c->n_past = 0;
+    c->steer.step = 0;
+}
 int32_t gp_ctx_n_past(const gp_ctx *c) { return c->n_past; }
 
 uint64_t gp_ctx_kv_bytes(const gp_ctx *c) {
@@ -205,6 +211,7 @@ static void forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eva
         be->matmul(c->h, c->gate, &L->w_down, &L->b_down, n);
         if (a->sandwich_norms) be->rmsnorm(c->h, c->h, &L->ffn_post_norm, n, E, cfg->norm_eps, po);
         be->add(c->x, c->h, (int64_t)n * E);
+        gp_steer_apply(&c->steer, l, c->x, n, E);
         if (l + 1 < cfg->n_layers) capture(o, l + 1, c->x, n, t0, n_total, E);
     }
     be->rmsnorm(c->x, c->x, &m->out_norm, n, E, cfg->norm_eps, po);
@@ -218,6 +225,8 @@ static void forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eva
             be->matmul(logits, c->x + (int64_t)(n - 1) * E, &m->lm_head, NULL, 1);
             if (a->final_softcap > 0) be->softcap(logits, V, a->final_softcap);
         }
+        if (c->steer.bias)
+            for (int32_t t = 0; t < (all ? n : 1); t++) be->add(logits + (int64_t)t * V, c->steer.bias, V);
     }
     c->n_past += n;
 }
@@ -253,6 +262,7 @@ gp_status gp_ctx_eval(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_op
         else if (logits && last) lg = logits;
         forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all);
     }
+    c->steer.step++;
     return GP_OK;
 }
 
@@ -261,3 +271,27 @@ const gp_model *gp_ctx_model(const gp_ctx *c) { return c->m; }
 
 /* Internal: slots allocated in layer l's KV ring (tests check sliding layers keep no more than the window). */
 int32_t gp_ctx_layer_cap(const gp_ctx *c, int32_t l) { return c->kv[l].cap; }
+
+gp_status gp_ctx_steer_add(gp_ctx *c, const gp_steer_hook *hook) {
+    if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_steer_add: ctx is NULL");
+    return gp_steer_state_add(&c->steer, hook, c->m->cfg.n_layers, c->m->cfg.n_embd);
+}
+
+void gp_ctx_steer_clear(gp_ctx *c) {
+    if (c) gp_steer_state_clear(&c->steer);
+}
+
+gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha) {
+    if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_logit_bias_vector: ctx is NULL");
+    free(c->steer.bias);
+    c->steer.bias = NULL;
+    if (!vector) return GP_OK;
+    const int32_t V = c->m->cfg.n_vocab;
+    float *b = gp_malloc((size_t)V, sizeof(float));
+    if (!b) return GP_ERR_NOMEM;
+    omp_set_num_threads(c->p.n_threads);
+    c->m->be->matmul(b, vector, &c->m->lm_head, NULL, 1); /* W [V, E] @ v [E] */
+    for (int32_t i = 0; i < V; i++) b[i] *= alpha;
+    c->steer.bias = b;
+    return GP_OK;
+}
