@@ -7,6 +7,7 @@
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
+int cmd_steer_vector(int argc, char **argv);
 
 /* Prints "genparity: <what>: <library message>" to stderr and returns 1. */
 int cli_fail(const char *what);

@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "  generate     generate text from a prompt (genparity generate --help)\n"
             "  tokenize     text to ids\n"
             "  detokenize   ids to text\n"
+            "  steer-vector build a steering vector from two prompt lists\n"
             "  version      print the version\n",
             gp_version());
 }
@@ -112,6 +113,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "steer-vector")) return cmd_steer_vector(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("genparity %s\n", gp_version());
         return 0;
