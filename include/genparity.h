@@ -185,6 +185,17 @@ typedef struct gp_ctx_params {
     int32_t n_ctx;         /* maximum positions in the cache; 0 (default): the model's max_position_embeddings */
     int32_t n_threads;     /* worker threads; 0 (default): all online CPUs */
     int32_t prefill_chunk; /* tokens per batched prefill forward; default 512. Results do not depend on it. */
+    /* KV cache kind (every cache of the context) */
+    int32_t max_kv_size;   /* 0 (default): unbounded up to n_ctx; N > 0: rotating cache of N positions per layer
+                              (mlx-lm's RotatingKVCache): position p attends to the first `keep` positions and the
+                              most recent N - keep positions up to p; memory stays bounded however long the run */
+    int32_t keep;          /* rotating: positions never evicted (default 0) */
+    int32_t kv_bits;       /* 0 (default): float32 cache; 4 or 8: affine-quantized rows */
+    int32_t kv_group_size; /* quantization group along a position's [n_kv_heads * head_dim] row: 32, 64 (default),
+                              128; the last group of a row may be shorter */
+    int32_t quantized_kv_start; /* positions before this stay float32 (default 0) */
+    uint64_t mem_limit_bytes;   /* 0 (default): none; else a prefill that would grow the caches past this many
+                                   bytes is refused with GP_ERR_NOMEM before any work */
 } gp_ctx_params;
 
 /* Returns the default context params. */
@@ -203,8 +214,54 @@ void gp_ctx_reset(gp_ctx *c);
 /* Returns the number of positions currently in the KV cache. */
 int32_t gp_ctx_n_past(const gp_ctx *c);
 
-/* Returns the bytes held by the context's KV caches. */
+/* Returns the bytes held by the context's KV caches (all named caches; shared fork buffers counted once per cache). */
 uint64_t gp_ctx_kv_bytes(const gp_ctx *c);
+
+/* Memory accounting. */
+typedef struct gp_mem_info {
+    uint64_t weight_bytes;   /* mapped weight tensors */
+    uint64_t kv_bytes;       /* every cache of the context */
+    uint64_t scratch_bytes;  /* the context's activation buffers */
+    uint64_t peak_rss_bytes; /* the process's peak resident set */
+} gp_mem_info;
+
+/* Fills *info. Returns GP_OK. */
+gp_status gp_ctx_memory(const gp_ctx *c, gp_mem_info *info);
+
+/* Returns the token ids held by the current cache (borrowed, valid until the next call that changes the cache) and
+ * their count in *n. */
+const int32_t *gp_ctx_tokens(const gp_ctx *c, int32_t *n);
+
+/* Keeps the first n positions of the current cache.  Returns GP_OK, GP_ERR_RANGE, or GP_ERR_STATE when a rotating or
+ * sliding ring has already evicted what position n would attend to (the cache is then unchanged). */
+gp_status gp_ctx_trim(gp_ctx *c, int32_t n);
+
+/* Evaluates ids reusing the current cache: keeps the longest prefix the cache shares with ids (at least one token is
+ * always evaluated), evaluates the rest and writes the last position's logits [n_vocab] (may be NULL).  *n_reused
+ * (may be NULL) receives the positions reused.  Falls back to a full prefill when the cache cannot be trimmed. */
+gp_status gp_ctx_prefill(gp_ctx *c, const int32_t *ids, int32_t n, float *logits, int32_t *n_reused);
+
+/* Named caches ("isolated caches"): a context starts with one cache named "default". */
+
+/* Makes cache `name` current, creating it empty if absent. Returns GP_OK or GP_ERR_NOMEM. */
+gp_status gp_ctx_cache_select(gp_ctx *c, const char *name);
+
+/* Copies cache src into a new cache dst (copy-on-write: buffers are shared until one side writes). */
+gp_status gp_ctx_cache_fork(gp_ctx *c, const char *src, const char *dst);
+
+/* Deletes cache name (not the current one). Returns GP_OK, GP_ERR_MISSING or GP_ERR_STATE. */
+gp_status gp_ctx_cache_drop(gp_ctx *c, const char *name);
+
+/* Returns the current cache's name (borrowed). */
+const char *gp_ctx_cache_name(const gp_ctx *c);
+
+/* Saves the current cache to a safetensors file whose metadata describes it: model fingerprint (config + weights
+ * hash), tokenizer hash, token ids, cache kind and parameters, steering hooks. Returns GP_OK or GP_ERR_IO. */
+gp_status gp_ctx_cache_save(gp_ctx *c, const char *path);
+
+/* Loads a cache file into the current cache.  A file of another model, another cache kind, a wrong version, a
+ * truncated file or more positions than n_ctx is refused with a message and the context is left as it was. */
+gp_status gp_ctx_cache_load(gp_ctx *c, const char *path);
 
 /* Options of gp_ctx_eval. Zero-initialise, then set what you need. */
 typedef struct gp_eval_opts {

@@ -15,21 +15,48 @@ typedef struct gp_wt {
     int64_t rows, cols; /* a vector is rows = 1 */
 } gp_wt;
 
-/* Everything one attention call needs.  Keys/values before the chunk come from the cache ring; those of the chunk
- * from k_new/v_new.  Query t (position pos0 + t) sees key j iff j <= pos0 + t and (window == 0 or pos0+t - j < window). */
+/* Cached keys or values of one layer as the attention kernel reads them: row j (of kvd = n_kv*head_dim floats)
+ * is float32 at f[slot] when j < q_start, else affine-quantized: x = q * scale[g] + minv[g] for group g = i / group
+ * (4-bit values packed two per byte, low nibble first). */
+typedef struct gp_kv_view {
+    const float *f;           /* [slots, kvd] */
+    const uint8_t *q;         /* [slots, row_bytes] */
+    const float *scale, *minv; /* [slots, n_groups] */
+    int32_t kvd, bits, group, n_groups, row_bytes, q_start;
+} gp_kv_view;
+
+/* Reads elements [off, off+len) of cached row j (at slot) into out [len], dequantizing when needed. */
+static inline void gp_kv_read(const gp_kv_view *v, int32_t slot, int32_t j, int32_t off, int32_t len, float *out) {
+    if (j < v->q_start) {
+        const float *src = v->f + (size_t)slot * v->kvd + off;
+        for (int32_t i = 0; i < len; i++) out[i] = src[i];
+        return;
+    }
+    const uint8_t *q = v->q + (size_t)slot * v->row_bytes;
+    const float *sc = v->scale + (size_t)slot * v->n_groups, *mn = v->minv + (size_t)slot * v->n_groups;
+    for (int32_t i = off; i < off + len; i++) {
+        int32_t g = i / v->group;
+        int32_t x = v->bits == 8 ? q[i] : (q[i / 2] >> ((i & 1) * 4)) & 15;
+        out[i - off] = (float)x * sc[g] + mn[g];
+    }
+}
+
+/* Everything one attention call needs.  Keys/values before the chunk come from the cache views; those of the chunk
+ * from k_new/v_new.  Query t (position p = pos0 + t) sees key j iff j <= p and (window == 0 or p - j < window or
+ * j < keep).  Cached position j sits at slot j < keep ? j : keep + (j - keep) % (cap - keep). */
 typedef struct gp_attn_args {
     float *out;           /* [n, n_heads, head_dim] */
     const float *q;       /* [n, n_heads, head_dim], rope applied */
     const float *k_new;   /* [n, n_kv, head_dim], rope applied */
     const float *v_new;   /* [n, n_kv, head_dim] */
-    const float *k_cache; /* [cap, n_kv, head_dim]: position j at slot j % cap */
-    const float *v_cache; /* [cap, n_kv, head_dim] */
-    int32_t cap;          /* ring capacity (>= window for sliding layers, >= every position for full layers) */
+    const gp_kv_view *kc; /* cached keys (positions < pos0) */
+    const gp_kv_view *vc; /* cached values */
+    int32_t cap, keep;    /* ring geometry */
     int32_t n, pos0, n_heads, n_kv, head_dim, window;
     float scale;          /* multiplier of q·k */
     float softcap;        /* 0 = none */
     float *scratch;       /* [n_threads, scratch_stride] */
-    int32_t scratch_stride; /* >= pos0 + n */
+    int32_t scratch_stride; /* >= (keys any query sees) + 2 * head_dim */
 } gp_attn_args;
 
 typedef struct gp_backend {

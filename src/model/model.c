@@ -148,6 +148,7 @@ gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model
     if (!m) return GP_ERR_NOMEM;
     gp_status s = GP_ERR_NOMEM;
     m->be = gp_backend_cpu();
+    pthread_mutex_init(&m->fp_lock, NULL);
     if (!(m->dir = gp_strdup(dir))) goto fail;
     char *cfg_path = gp_path_join(dir, "config.json");
     if (!cfg_path) goto fail;
@@ -207,6 +208,7 @@ void gp_model_free(gp_model *m) {
     free(m->inv_freq_sliding);
     free(m->gen_config_path);
     free(m->dir);
+    pthread_mutex_destroy(&m->fp_lock);
     free(m);
 }
 

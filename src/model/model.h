@@ -8,6 +8,8 @@
 #include "kernels/backend.h"
 #include "model/config.h"
 
+#include <pthread.h>
+
 /* One decoder layer's weights; each comment gives the checkpoint key (under model.layers.{i}.) and the shape. */
 typedef struct gp_layer {
     gp_wt attn_norm;      /* input_layernorm.weight                              [n_embd] */
@@ -43,6 +45,8 @@ struct gp_model {
     int32_t n_gen_eos;
     int32_t gen_bos;
     const gp_backend *be;
+    pthread_mutex_t fp_lock; /* guards the lazily computed fingerprint */
+    uint64_t fingerprint;    /* hash of config.json + every tensor (0 = not computed yet) */
 };
 
 /* The model a context runs (internal). */

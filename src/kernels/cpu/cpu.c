@@ -119,6 +119,7 @@ static void cpu_rope(float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos
     }
 }
 
+/* Visits the keys query position p sees, in increasing position order: [0, keep) then [max(keep, lo), p]. */
 static void cpu_attention(const gp_attn_args *a) {
     const int32_t hd = a->head_dim, group = a->n_heads / a->n_kv;
     const int64_t kv_stride = (int64_t)a->n_kv * hd;
@@ -127,29 +128,51 @@ static void cpu_attention(const gp_attn_args *a) {
         int32_t t = (int32_t)(th / a->n_heads), h = (int32_t)(th % a->n_heads), kvh = h / group;
         int32_t p = a->pos0 + t;
         int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        int32_t pin = lo > a->keep ? a->keep : lo; /* positions [0, pin) are pinned and visible */
         float *sc = a->scratch + (int64_t)omp_get_thread_num() * a->scratch_stride;
+        float *tmp = sc + (a->scratch_stride - 2 * hd);
         const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
         float mx = -INFINITY;
-        for (int32_t j = lo; j <= p; j++) {
-            const float *k = j < a->pos0 ? a->k_cache + (int64_t)(j % a->cap) * kv_stride + (int64_t)kvh * hd
-                                         : a->k_new + (int64_t)(j - a->pos0) * kv_stride + (int64_t)kvh * hd;
+        int32_t cnt = 0;
+        for (int32_t j = 0; j <= p; j++) {
+            if (j == pin) j = lo;
+            const float *k;
+            if (j >= a->pos0) k = a->k_new + (int64_t)(j - a->pos0) * kv_stride + (int64_t)kvh * hd;
+            else {
+                int32_t slot = j < a->keep ? j : a->keep + (j - a->keep) % (a->cap - a->keep);
+                if (j < a->kc->q_start) k = a->kc->f + (int64_t)slot * kv_stride + (int64_t)kvh * hd;
+                else {
+                    gp_kv_read(a->kc, slot, j, kvh * hd, hd, tmp);
+                    k = tmp;
+                }
+            }
             float s = dot_f32(q, k, hd) * a->scale;
             if (a->softcap > 0) s = tanhf(s / a->softcap) * a->softcap;
-            sc[j - lo] = s;
+            sc[cnt++] = s;
             if (s > mx) mx = s;
         }
         float sum = 0.0f;
-        for (int32_t j = lo; j <= p; j++) {
-            float e = expf(sc[j - lo] - mx);
-            sc[j - lo] = e;
+        for (int32_t i = 0; i < cnt; i++) {
+            float e = expf(sc[i] - mx);
+            sc[i] = e;
             sum += e;
         }
         float *o = a->out + ((int64_t)t * a->n_heads + h) * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
-        for (int32_t j = lo; j <= p; j++) {
-            const float *v = j < a->pos0 ? a->v_cache + (int64_t)(j % a->cap) * kv_stride + (int64_t)kvh * hd
-                                         : a->v_new + (int64_t)(j - a->pos0) * kv_stride + (int64_t)kvh * hd;
-            float w = sc[j - lo] / sum;
+        cnt = 0;
+        for (int32_t j = 0; j <= p; j++) {
+            if (j == pin) j = lo;
+            const float *v;
+            if (j >= a->pos0) v = a->v_new + (int64_t)(j - a->pos0) * kv_stride + (int64_t)kvh * hd;
+            else {
+                int32_t slot = j < a->keep ? j : a->keep + (j - a->keep) % (a->cap - a->keep);
+                if (j < a->vc->q_start) v = a->vc->f + (int64_t)slot * kv_stride + (int64_t)kvh * hd;
+                else {
+                    gp_kv_read(a->vc, slot, j, kvh * hd, hd, tmp + hd);
+                    v = tmp + hd;
+                }
+            }
+            float w = sc[cnt++] / sum;
             for (int32_t i = 0; i < hd; i++) o[i] += w * v[i];
         }
     }

@@ -1,0 +1,371 @@
+/* context.c — gp_ctx lifecycle and everything around the forward pass: named KV caches (select, fork, drop, trim),
+ * prefix reuse, cache files with a model fingerprint, memory accounting and limits, steering hooks. */
+#include "model/ctx.h"
+#include "util/util.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+gp_ctx_params gp_ctx_default_params(void) {
+    gp_ctx_params p = {0};
+    p.prefill_chunk = 512;
+    p.kv_group_size = 64;
+    return p;
+}
+
+static int32_t online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int32_t)n : 1;
+}
+
+static gp_status add_cache(gp_ctx *c, const char *name, gp_cache *kc) {
+    gp_cache **v = gp_realloc(c->caches, (size_t)c->n_caches + 1, sizeof *v);
+    if (!v) return GP_ERR_NOMEM;
+    c->caches = v;
+    c->caches[c->n_caches++] = kc;
+    (void)name;
+    return GP_OK;
+}
+
+static gp_status new_cache(gp_ctx *c, const char *name, gp_cache **out) {
+    const gp_config *cfg = &c->m->cfg;
+    return gp_cache_create(name, &c->kvp, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim, cfg->window, out);
+}
+
+gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **out) {
+    if (!out) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: out is NULL");
+    *out = NULL;
+    if (!m) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: model is NULL");
+    gp_ctx_params p = params ? *params : gp_ctx_default_params();
+    const gp_config *c = &m->cfg;
+    if (p.n_ctx < 0 || p.n_threads < 0 || p.prefill_chunk < 0 || p.max_kv_size < 0 || p.keep < 0 ||
+        p.quantized_kv_start < 0)
+        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: sizes must be >= 0");
+    if (p.n_ctx == 0) p.n_ctx = c->n_ctx_train;
+    if (p.n_threads == 0) p.n_threads = online_cpus();
+    if (p.prefill_chunk == 0) p.prefill_chunk = 512;
+    if (p.prefill_chunk > p.n_ctx) p.prefill_chunk = p.n_ctx;
+    if (p.kv_group_size == 0) p.kv_group_size = 64;
+    gp_ctx *x = gp_calloc(1, sizeof *x);
+    if (!x) return GP_ERR_NOMEM;
+    x->m = m;
+    x->p = p;
+    x->kvp = (gp_kv_params){.n_ctx = p.n_ctx, .max_kv_size = p.max_kv_size, .keep = p.keep, .bits = p.kv_bits,
+                            .group = p.kv_group_size, .q_start = p.quantized_kv_start};
+    gp_cache *first;
+    gp_status s = new_cache(x, "default", &first);
+    if (s || (s = add_cache(x, "default", first))) {
+        if (!s) gp_cache_destroy(first);
+        gp_ctx_free(x);
+        return s;
+    }
+    size_t C = (size_t)p.prefill_chunk, E = (size_t)c->n_embd, Q = (size_t)c->n_heads * (size_t)c->head_dim;
+    size_t KV = (size_t)c->n_kv_heads * (size_t)c->head_dim, F = (size_t)c->n_ff;
+    size_t H = E > Q ? E : Q;
+    /* a query sees at most n_ctx keys, or max_kv_size with a rotating cache (positions grow without bound) */
+    int32_t seen = p.max_kv_size > 0 ? p.max_kv_size : p.n_ctx;
+    x->scratch_stride = seen + 2 * c->head_dim;
+    x->x = gp_malloc(C * E, sizeof(float));
+    x->h = gp_malloc(C * H, sizeof(float));
+    x->q = gp_malloc(C * Q, sizeof(float));
+    x->k = gp_malloc(C * KV, sizeof(float));
+    x->v = gp_malloc(C * KV, sizeof(float));
+    x->att = gp_malloc(C * Q, sizeof(float));
+    x->gate = gp_malloc(C * F, sizeof(float));
+    x->up = gp_malloc(C * F, sizeof(float));
+    x->attn_scratch = gp_malloc((size_t)p.n_threads * (size_t)x->scratch_stride, sizeof(float));
+    x->scratch_bytes = sizeof(float) * (C * (E + H + 2 * Q + 2 * KV + 2 * F) + (size_t)p.n_threads * x->scratch_stride);
+    if (!x->x || !x->h || !x->q || !x->k || !x->v || !x->att || !x->gate || !x->up || !x->attn_scratch) {
+        gp_ctx_free(x);
+        return gp_set_error(GP_ERR_NOMEM, "gp_ctx_init: out of memory for scratch (prefill_chunk %d, n_ctx %d)",
+                            p.prefill_chunk, p.n_ctx);
+    }
+    *out = x;
+    return GP_OK;
+}
+
+void gp_ctx_free(gp_ctx *c) {
+    if (!c) return;
+    for (int32_t i = 0; i < c->n_caches; i++) gp_cache_destroy(c->caches[i]);
+    free(c->caches);
+    free(c->x);
+    free(c->h);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->gate);
+    free(c->up);
+    free(c->attn_scratch);
+    gp_steer_state_clear(&c->steer);
+    free(c);
+}
+
+void gp_ctx_reset(gp_ctx *c) {
+    gp_ctx_cache(c)->n_past = 0;
+    c->steer.step = 0;
+}
+
+int32_t gp_ctx_n_past(const gp_ctx *c) { return gp_ctx_cache(c)->n_past; }
+
+const int32_t *gp_ctx_tokens(const gp_ctx *c, int32_t *n) {
+    const gp_cache *kc = gp_ctx_cache(c);
+    if (n) *n = kc->n_past;
+    return kc->ids;
+}
+
+uint64_t gp_ctx_kv_bytes(const gp_ctx *c) {
+    uint64_t b = 0;
+    for (int32_t i = 0; i < c->n_caches; i++) b += gp_cache_bytes(c->caches[i]);
+    return b;
+}
+
+gp_status gp_ctx_memory(const gp_ctx *c, gp_mem_info *info) {
+    if (!c || !info) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_memory: bad arguments");
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    info->weight_bytes = gp_model_weight_bytes(c->m);
+    info->kv_bytes = gp_ctx_kv_bytes(c);
+    info->scratch_bytes = c->scratch_bytes;
+    info->peak_rss_bytes = (uint64_t)ru.ru_maxrss * 1024u;
+    return GP_OK;
+}
+
+gp_status gp_ctx_reserve(gp_ctx *c, int32_t n_total) {
+    gp_cache *kc = gp_ctx_cache(c);
+    if (c->p.mem_limit_bytes) {
+        /* what the caches would hold after growing: simulate on the layer geometry */
+        uint64_t now = gp_ctx_kv_bytes(c), mine = gp_cache_bytes(kc);
+        const uint64_t kvd = (uint64_t)kc->kvd;
+        uint64_t after = 0;
+        for (int32_t l = 0; l < kc->n_layers; l++) {
+            const gp_kv_layer *L = &kc->L[l];
+            int64_t need = n_total < L->cap_max ? n_total : L->cap_max;
+            int64_t cap = L->cap >= need ? L->cap : need;
+            int64_t nf = kc->p.bits ? (kc->p.q_start < cap ? kc->p.q_start : cap) : cap;
+            uint64_t rb = kc->p.bits ? (kvd * (uint64_t)kc->p.bits + 7) / 8 : 0;
+            uint64_t ng = kc->p.bits ? (kvd + (uint64_t)kc->p.group - 1) / (uint64_t)kc->p.group : 0;
+            after += 2 * ((uint64_t)nf * kvd * 4 + (uint64_t)cap * (rb + 2 * ng * 4));
+        }
+        if (now - mine + after + c->scratch_bytes > c->p.mem_limit_bytes)
+            return gp_set_error(GP_ERR_NOMEM,
+                                "KV cache '%s': %d positions need %.1f MB of caches + scratch, over the context's "
+                                "memory limit of %.1f MB",
+                                kc->name, n_total, (double)(now - mine + after + c->scratch_bytes) / 1e6,
+                                (double)c->p.mem_limit_bytes / 1e6);
+    }
+    gp_status s = gp_cache_reserve(kc, n_total);
+    for (int32_t l = 0; l < kc->n_layers && !s; l++) s = gp_cache_unshare(kc, l);
+    return s;
+}
+
+gp_status gp_ctx_trim(gp_ctx *c, int32_t n) { return gp_cache_trim(gp_ctx_cache(c), n); }
+
+gp_status gp_ctx_prefill(gp_ctx *c, const int32_t *ids, int32_t n, float *logits, int32_t *n_reused) {
+    if (!c || !ids || n <= 0) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_prefill: ids and n > 0 are required");
+    gp_cache *kc = gp_ctx_cache(c);
+    int32_t k = 0;
+    while (k < kc->n_past && k < n && kc->ids[k] == ids[k]) k++;
+    if (k == n) k--; /* evaluate at least the last token to get its logits */
+    if (k < kc->n_past && gp_cache_trim(kc, k) != GP_OK) k = 0;
+    if (k == 0) kc->n_past = 0;
+    if (n_reused) *n_reused = k;
+    return gp_ctx_eval(c, ids + k, n - k, NULL, logits);
+}
+
+/* ---- named caches ---- */
+
+static int32_t find_cache(const gp_ctx *c, const char *name) {
+    for (int32_t i = 0; i < c->n_caches; i++)
+        if (!strcmp(c->caches[i]->name, name)) return i;
+    return -1;
+}
+
+static gp_status check_name(const char *name) {
+    if (!name || !*name || strlen(name) >= 64)
+        return gp_set_error(GP_ERR_INVALID_ARG, "cache names must have 1 to 63 characters");
+    return GP_OK;
+}
+
+gp_status gp_ctx_cache_select(gp_ctx *c, const char *name) {
+    gp_status s = check_name(name);
+    if (s) return s;
+    int32_t i = find_cache(c, name);
+    if (i < 0) {
+        gp_cache *kc;
+        if ((s = new_cache(c, name, &kc))) return s;
+        if ((s = add_cache(c, name, kc))) {
+            gp_cache_destroy(kc);
+            return s;
+        }
+        i = c->n_caches - 1;
+    }
+    c->cur = i;
+    return GP_OK;
+}
+
+gp_status gp_ctx_cache_fork(gp_ctx *c, const char *src, const char *dst) {
+    gp_status s = check_name(dst);
+    if (s) return s;
+    int32_t i = src ? find_cache(c, src) : -1;
+    if (i < 0) return gp_set_error(GP_ERR_MISSING, "gp_ctx_cache_fork: no cache named '%s'", src ? src : "(null)");
+    if (find_cache(c, dst) >= 0) return gp_set_error(GP_ERR_STATE, "gp_ctx_cache_fork: cache '%s' already exists", dst);
+    gp_cache *kc;
+    if ((s = gp_cache_fork(c->caches[i], dst, &kc))) return s;
+    if ((s = add_cache(c, dst, kc))) gp_cache_destroy(kc);
+    return s;
+}
+
+gp_status gp_ctx_cache_drop(gp_ctx *c, const char *name) {
+    int32_t i = name ? find_cache(c, name) : -1;
+    if (i < 0) return gp_set_error(GP_ERR_MISSING, "gp_ctx_cache_drop: no cache named '%s'", name ? name : "(null)");
+    if (i == c->cur) return gp_set_error(GP_ERR_STATE, "gp_ctx_cache_drop: '%s' is the current cache", name);
+    gp_cache_destroy(c->caches[i]);
+    memmove(c->caches + i, c->caches + i + 1, (size_t)(c->n_caches - i - 1) * sizeof *c->caches);
+    c->n_caches--;
+    if (c->cur > i) c->cur--;
+    return GP_OK;
+}
+
+const char *gp_ctx_cache_name(const gp_ctx *c) { return gp_ctx_cache(c)->name; }
+
+/* ---- cache files ---- */
+
+/* 64-bit hash of bytes, 8 at a time (fast enough to fingerprint a checkpoint's weights). */
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t len) {
+    const unsigned char *p = data;
+    const uint64_t K = 0x9E3779B97F4A7C15ull;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * K;
+        h ^= h >> 29;
+    }
+    for (; i < len; i++) h = (h ^ p[i]) * K;
+    return h ^ (h >> 32);
+}
+
+static uint64_t hash_file(const char *path) {
+    char *text;
+    size_t len;
+    if (!path || gp_read_file(path, 1u << 30, &text, &len) != GP_OK) return 0;
+    uint64_t h = hash_bytes(0xcbf29ce484222325ull, text, len);
+    free(text);
+    return h;
+}
+
+/* Model fingerprint: config.json bytes + every tensor's name, dtype, shape and bytes.  Computed once per model. */
+static uint64_t model_fingerprint(const gp_model *cm) {
+    gp_model *m = (gp_model *)cm; /* the fingerprint is a lazily computed, immutable property of the model */
+    pthread_mutex_lock(&m->fp_lock);
+    if (!m->fingerprint) {
+        char *cfg = gp_path_join(m->dir, "config.json");
+        uint64_t h = hash_file(cfg);
+        free(cfg);
+        for (int32_t i = 0; i < gp_st_count(m->st); i++) {
+            const gp_tensor_view *t = gp_st_at(m->st, i);
+            h = hash_bytes(h, t->name, strlen(t->name));
+            h = hash_bytes(h, t->shape, sizeof t->shape);
+            h = hash_bytes(h, &t->dtype, sizeof t->dtype);
+            h = hash_bytes(h, t->data, t->nbytes);
+        }
+        m->fingerprint = h ? h : 1;
+    }
+    uint64_t fp = m->fingerprint;
+    pthread_mutex_unlock(&m->fp_lock);
+    return fp;
+}
+
+static uint64_t tokenizer_hash(const gp_model *m) {
+    char *p = gp_path_join(m->dir, "tokenizer.json");
+    uint64_t h = gp_file_exists(p) ? hash_file(p) : 0;
+    free(p);
+    return h;
+}
+
+typedef struct load_check {
+    char fp[32], th[32];
+} load_check;
+
+static gp_status check_file(const gp_st_set *st, const char *path, void *ud) {
+    const load_check *lc = ud;
+    const char *fp = gp_st_metadata(st, "model_fingerprint"), *th = gp_st_metadata(st, "tokenizer_hash");
+    if (!fp || strcmp(fp, lc->fp))
+        return gp_set_error(GP_ERR_STATE, "%s: metadata 'model_fingerprint' = %s belongs to another model (this one is %s)",
+                            path, fp ? fp : "(none)", lc->fp);
+    if (!th || strcmp(th, lc->th))
+        return gp_set_error(GP_ERR_STATE, "%s: metadata 'tokenizer_hash' = %s differs from this model's %s", path,
+                            th ? th : "(none)", lc->th);
+    return GP_OK;
+}
+
+gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
+    if (!c || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_save: bad arguments");
+    load_check lc;
+    snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
+    snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));
+    /* steering state: hooks as "layer:alpha:schedule:steps" entries, and whether a logit bias is set */
+    char steer[1024] = "";
+    size_t k = 0;
+    for (int32_t i = 0; i < c->steer.n_hooks && k < sizeof steer - 64; i++) {
+        const gp_steer_hook *h = &c->steer.hooks[i].h;
+        k += (size_t)snprintf(steer + k, sizeof steer - k, "%s%d:%.9g:%d:%d", i ? "," : "", h->layer, (double)h->alpha,
+                              (int)h->schedule, h->steps);
+    }
+    const char *keys[] = {"model_fingerprint", "tokenizer_hash", "architecture", "steering_hooks", "logit_bias_vector",
+                          "lora"};
+    const char *vals[] = {lc.fp, lc.th, c->m->cfg.arch_name, steer, c->steer.bias ? "set" : "none", "none"};
+    return gp_cache_save(gp_ctx_cache(c), path, keys, vals, 6);
+}
+
+gp_status gp_ctx_cache_load(gp_ctx *c, const char *path) {
+    if (!c || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_load: bad arguments");
+    load_check lc;
+    snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
+    snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));
+    const gp_config *cfg = &c->m->cfg;
+    gp_cache *kc;
+    gp_status s = gp_cache_load(path, gp_ctx_cache(c)->name, &c->kvp, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim,
+                                cfg->window, check_file, &lc, &kc);
+    if (s) return s;
+    gp_cache_destroy(c->caches[c->cur]);
+    c->caches[c->cur] = kc;
+    return GP_OK;
+}
+
+/* ---- steering ---- */
+
+gp_status gp_ctx_steer_add(gp_ctx *c, const gp_steer_hook *hook) {
+    if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_steer_add: ctx is NULL");
+    return gp_steer_state_add(&c->steer, hook, c->m->cfg.n_layers, c->m->cfg.n_embd);
+}
+
+void gp_ctx_steer_clear(gp_ctx *c) {
+    if (c) gp_steer_state_clear(&c->steer);
+}
+
+gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha) {
+    if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_logit_bias_vector: ctx is NULL");
+    free(c->steer.bias);
+    c->steer.bias = NULL;
+    if (!vector) return GP_OK;
+    const int32_t V = c->m->cfg.n_vocab;
+    float *b = gp_malloc((size_t)V, sizeof(float));
+    if (!b) return GP_ERR_NOMEM;
+    omp_set_num_threads(c->p.n_threads);
+    c->m->be->matmul(b, vector, &c->m->lm_head, NULL, 1); /* W [V, E] @ v [E] */
+    for (int32_t i = 0; i < V; i++) b[i] *= alpha;
+    c->steer.bias = b;
+    return GP_OK;
+}
+
+/* ---- internal accessors ---- */
+
+const gp_model *gp_ctx_model(const gp_ctx *c) { return c->m; }
+int32_t gp_ctx_layer_cap(const gp_ctx *c, int32_t l) { return gp_ctx_cache(c)->L[l].cap; }
