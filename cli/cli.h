@@ -4,10 +4,18 @@
 
 #include "genparity.h"
 
+#include <stdio.h>
+
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_steer_vector(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
+
+/* Context flags (threads, chunk, n_ctx, KV cache kind): returns 1 if argv[*i] was one (value consumed), 0 if not,
+ * -1 on a bad value (message printed). */
+int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p);
+void cli_ctx_flags_help(FILE *f);
 
 /* Prints "genparity: <what>: <library message>" to stderr and returns 1. */
 int cli_fail(const char *what);

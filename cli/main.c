@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  tokenize     text to ids\n"
             "  detokenize   ids to text\n"
             "  steer-vector build a steering vector from two prompt lists\n"
+            "  cache        build / inspect KV cache files\n"
             "  version      print the version\n",
             gp_version());
 }
@@ -114,6 +115,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "steer-vector")) return cmd_steer_vector(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cache")) return cmd_cache(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("genparity %s\n", gp_version());
         return 0;

@@ -1,0 +1,71 @@
+/* ctx_flags.c — the context flags shared by every command that runs the model: threads, prefill chunk, n_ctx and
+ * the KV cache kind (rotating, quantized, memory limit). */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cli_ctx_flags_help(FILE *f) {
+    fprintf(f, "context and KV cache:\n"
+               "  --threads N             worker threads (default: all CPUs)\n"
+               "  --prefill-chunk N       prompt tokens per batched forward (default 512; results do not depend on it)\n"
+               "  --n-ctx N               KV cache positions (default: max_position_embeddings)\n"
+               "  --max-kv-size N         rotating cache of N positions per layer (mlx-lm RotatingKVCache semantics)\n"
+               "  --keep K                rotating: the first K positions are never evicted (default 0)\n"
+               "  --kv-bits 4|8           quantize the cache (affine groups)\n"
+               "  --kv-group-size 32|64|128  quantization group size (default 64)\n"
+               "  --quantized-kv-start N  positions before N stay float32 (default 0)\n"
+               "  --mem-limit-mb N        refuse a prefill that would grow caches + scratch past N MB\n");
+}
+
+static int parse_i32(const char *flag, const char *v, int32_t lo, int32_t *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > (1L << 30)) {
+        fprintf(stderr, "genparity: %s expects an integer >= %d, got '%s'\n", flag, lo, v);
+        return -1;
+    }
+    *out = (int32_t)x;
+    return 0;
+}
+
+int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p) {
+    const char *a = argv[*i];
+    static const char *flags[] = {"--threads", "--prefill-chunk", "--n-ctx", "--max-kv-size", "--keep", "--kv-bits",
+                                  "--kv-group-size", "--quantized-kv-start", "--mem-limit-mb"};
+    int k = -1;
+    for (int j = 0; j < (int)(sizeof flags / sizeof flags[0]); j++)
+        if (!strcmp(a, flags[j])) k = j;
+    if (k < 0) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "genparity: %s needs a value\n", a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    int32_t x;
+    if (parse_i32(a, v, k == 1 ? 1 : 0, &x)) return -1;
+    switch (k) {
+    case 0: p->n_threads = x; break;
+    case 1: p->prefill_chunk = x; break;
+    case 2: p->n_ctx = x; break;
+    case 3: p->max_kv_size = x; break;
+    case 4: p->keep = x; break;
+    case 5:
+        if (x != 4 && x != 8) {
+            fprintf(stderr, "genparity: --kv-bits must be 4 or 8\n");
+            return -1;
+        }
+        p->kv_bits = x;
+        break;
+    case 6:
+        if (x != 32 && x != 64 && x != 128) {
+            fprintf(stderr, "genparity: --kv-group-size must be 32, 64 or 128\n");
+            return -1;
+        }
+        p->kv_group_size = x;
+        break;
+    case 7: p->quantized_kv_start = x; break;
+    case 8: p->mem_limit_bytes = (uint64_t)x * 1000000u; break;
+    }
+    return 1;
+}
