@@ -320,6 +320,17 @@ gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha);
  * Returns GP_OK and *vec (caller frees with gp_free) of *n floats. */
 gp_status gp_steer_vector_load(const char *spec, float **vec, int32_t *n);
 
+/* Suspect-line heuristics of the steering validation harness (`genparity validate`): flags of gp_text_suspect. */
+#define GP_SUSPECT_DIGIT_RUN 1u    /* a run of 8 or more consecutive digits */
+#define GP_SUSPECT_LATEX 2u        /* LaTeX-like markup: \begin{ or \frac, or two or more \word commands, or ^{ / _{ */
+#define GP_SUSPECT_BRACES 4u       /* (), [] or {} unbalanced: a closer without its opener, or 2+ left open */
+#define GP_SUSPECT_NONPRINT 8u     /* control characters (other than tab), U+FFFD, or invalid UTF-8 */
+#define GP_SUSPECT_REPETITION 16u  /* degenerate repetition: one word 4+ times in a row, a 1-8 character unit
+                                      repeated 6+ times in a row, or under 30% distinct words in a 10+ word line */
+
+/* Returns the GP_SUSPECT_* flags of one line of generated text (0 = looks normal). */
+uint32_t gp_text_suspect(const char *line, size_t len);
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Generation                                                                                                     */
 /* ------------------------------------------------------------------------------------------------------------ */
