@@ -68,7 +68,7 @@ asan:
 		./build-asan/run_tests $(T)
 
 demo: all
-	./$(BUILD)/genparity generate --prompt "ROMEO:" --max-tokens 80
+	./$(BUILD)/genparity generate --prompt "ROMEO:" --max-tokens 120 --seed 7
 
 bench: all
 	sh bench/run.sh
