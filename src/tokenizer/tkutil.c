@@ -141,7 +141,7 @@ static int strmap_grow(tk_strmap *m) {
     for (uint32_t i = 0; i <= m->mask; i++) {
         struct tk_strmap_slot *s = &m->slots[i];
         if (!s->key) continue;
-        uint32_t j = (uint32_t)tk_hash(s->key, s->len) & nm.mask;
+        uint32_t j = s->hash & nm.mask;
         while (nm.slots[j].key) j = (j + 1) & nm.mask;
         nm.slots[j] = *s;
         nm.n++;
@@ -154,17 +154,19 @@ static int strmap_grow(tk_strmap *m) {
 int tk_strmap_put(tk_strmap *m, const char *key, size_t len, int32_t val) {
     if (!m->slots && tk_strmap_init(m, 16)) return -1;
     if ((size_t)(m->n + 1) * 2 > (size_t)m->mask + 1 && strmap_grow(m)) return -1;
-    uint32_t j = (uint32_t)tk_hash(key, len) & m->mask;
+    uint32_t h = (uint32_t)tk_hash(key, len);
+    uint32_t j = h & m->mask;
     for (;;) {
         struct tk_strmap_slot *s = &m->slots[j];
         if (!s->key) {
             s->key = key ? key : "";
             s->len = (uint32_t)len;
+            s->hash = h;
             s->val = val;
             m->n++;
             return 1;
         }
-        if (s->len == len && memcmp(s->key, key, len) == 0) {
+        if (s->hash == h && s->len == len && memcmp(s->key, key, len) == 0) {
             s->val = val;
             return 0;
         }
@@ -174,11 +176,12 @@ int tk_strmap_put(tk_strmap *m, const char *key, size_t len, int32_t val) {
 
 int32_t tk_strmap_get(const tk_strmap *m, const char *key, size_t len) {
     if (!m->slots) return -1;
-    uint32_t j = (uint32_t)tk_hash(key, len) & m->mask;
+    uint32_t h = (uint32_t)tk_hash(key, len);
+    uint32_t j = h & m->mask;
     for (;;) {
         const struct tk_strmap_slot *s = &m->slots[j];
         if (!s->key) return -1;
-        if (s->len == len && memcmp(s->key, key, len) == 0) return s->val;
+        if (s->hash == h && s->len == len && memcmp(s->key, key, len) == 0) return s->val;
         j = (j + 1) & m->mask;
     }
 }

@@ -46,7 +46,7 @@ typedef struct tk_strmap {
     uint32_t mask, n;
     struct tk_strmap_slot {
         const char *key;
-        uint32_t len;
+        uint32_t len, hash;
         int32_t val;
     } *slots;
 } tk_strmap;
@@ -258,6 +258,8 @@ struct gp_tokenizer {
     tk_strmap added_map;   /* content -> index in added */
     tk_matcher match_raw, match_norm;
     int has_norm, has_pre, has_dec;
+    int split_metaspace; /* no pre-tokenizer and no token has U+2581 after another character: BPE may run on
+                            each U+2581-led word separately (same result, much faster on long text) */
     tk_norm norm;
     tk_pre pre;
     tk_dec dec;

@@ -246,6 +246,7 @@ static gp_status load_vocab(gp_tokenizer *t, const cJSON *vocab, const cJSON *ad
     if (!t->arena || !t->id_str || !t->id_len || !t->is_special || !t->added) return GP_ERR_NOMEM;
     if (tk_strmap_init(&t->bpe.vocab, n)) return GP_ERR_NOMEM;
     char *p = t->arena;
+    t->split_metaspace = 1;
     for (const cJSON *e = vocab->child; e; e = e->next) {
         int32_t id = (int32_t)e->valuedouble;
         size_t l = strlen(e->string);
@@ -258,6 +259,8 @@ static gp_status load_vocab(gp_tokenizer *t, const cJSON *vocab, const cJSON *ad
         if (r == 0) return gp_set_error(GP_ERR_FORMAT, "%s: field 'model.vocab': token '%s' is duplicated", path, p);
         t->id_str[id] = p;
         t->id_len[id] = (uint32_t)l;
+        for (const char *q = p; t->split_metaspace && (q = memmem(q, l - (size_t)(q - p), "\xE2\x96\x81", 3)); q += 3)
+            if (q > p && (q - p < 3 || memcmp(q - 3, "\xE2\x96\x81", 3) != 0)) t->split_metaspace = 0;
         p += l + 1;
     }
     i = 0;
@@ -479,6 +482,7 @@ gp_status gp_tokenizer_load(const char *path, gp_tokenizer **out) {
     }
     if (!jnull(p)) {
         t->has_pre = 1;
+        t->split_metaspace = 0;
         if ((s = tk_pre_parse(&t->pre, p, path, "pre_tokenizer"))) goto fail;
     }
     if (!jnull(d)) {
@@ -567,6 +571,19 @@ static gp_status encode_text(const gp_tokenizer *t, enc_state *e, const char *s,
     if (!n) return GP_OK;
     if (tk_list_push(&e->pieces, s, n, at0)) return GP_ERR_NOMEM;
     if (t->has_pre && tk_pre_apply(&t->pre, &e->sc, &e->pieces, &e->tmp)) return GP_ERR_NOMEM;
+    if (t->split_metaspace) {
+        /* one BPE word per run of U+2581 and what follows it, up to the next such run */
+        size_t a = 0;
+        for (size_t q = 1; q + 3 <= n; q++) {
+            if (memcmp(s + q, "\xE2\x96\x81", 3) != 0) continue;
+            if (q >= 3 && memcmp(s + q - 3, "\xE2\x96\x81", 3) == 0) continue;
+            gp_status st = tk_bpe_word(&t->bpe, &e->cache, s + a, q - a, &e->ids);
+            if (st) return st;
+            a = q;
+            q += 2;
+        }
+        return tk_bpe_word(&t->bpe, &e->cache, s + a, n - a, &e->ids);
+    }
     for (size_t i = 0; i < e->pieces.n; i++) {
         gp_status st = tk_bpe_word(&t->bpe, &e->cache, tk_list_str(&e->pieces, i), e->pieces.slen[i], &e->ids);
         if (st) return st;
