@@ -25,7 +25,7 @@ static gp_status parse_json_file(const char *path, cJSON **out) {
         size_t at = end && end >= data ? (size_t)(end - data) : 0;
         free(data);
         return gp_set_error(GP_ERR_FORMAT, "%s: not valid JSON (error near byte %zu of %zu%s)", path, at, len,
-                            at >= len ? ", truncated?" : "");
+                            at + 1 >= len ? ", the file looks truncated" : "");
     }
     free(data);
     *out = j;
