@@ -45,7 +45,7 @@ gp_status tk_bpe_build_merges(tk_bpe *m, const void *jp, const char *path) {
     const cJSON *merges = jp;
     int n = cJSON_GetArraySize(merges);
     size_t cap = 16;
-    while (cap < (size_t)n + (size_t)n / 2 + 2) cap *= 2;
+    while (cap < (size_t)n * 2 + 2) cap *= 2;
     m->merges.slots = gp_calloc(cap, sizeof *m->merges.slots);
     if (!m->merges.slots) return GP_ERR_NOMEM;
     m->merges.mask = (uint32_t)(cap - 1);
