@@ -2,6 +2,7 @@
 #   make            build/genparity, build/libgenparity.a, build/libgenparity.so
 #   make test       build and run the whole suite (ends with "N passed, N failed, N skipped")
 #   make asan       the unit suite once under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
+#   make bench-tokenizer  tokenizer load time and encode/decode MB/s on the fixture tokenizers
 #   make demo       generate Shakespeare-like text from the embedded model
 #   make deps       install the Debian packages the build needs (as root), else print the apt-get line
 
@@ -72,6 +73,15 @@ demo: all
 
 bench: all
 	sh bench/run.sh
+
+FIXTURES ?= ../shared/fixtures
+$(BUILD)/bench_tokenizer: bench/bench_tokenizer.c $(BUILD)/libgenparity.a
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
+
+bench-tokenizer: $(BUILD)/bench_tokenizer
+	./$(BUILD)/bench_tokenizer $(FIXTURES)/corpus/tinyshakespeare.txt \
+		$(FIXTURES)/tokenizers/llama2/tokenizer.json $(FIXTURES)/tokenizers/llama3/tokenizer.json \
+		$(FIXTURES)/tokenizers/qwen3/tokenizer.json
 
 clean:
 	rm -rf build build-asan

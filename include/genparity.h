@@ -81,15 +81,16 @@ gp_status gp_tokenizer_load_dir(const char *dir, gp_tokenizer **out);
 /* Frees a tokenizer; NULL is a no-op. Must not be called on the tokenizer borrowed from a gp_model. */
 void gp_tokenizer_free(gp_tokenizer *tok);
 
-/* Encodes UTF-8 text (len bytes; invalid UTF-8 becomes U+FFFD per bad sequence) into ids, like transformers'
- * tokenizer(text, add_special_tokens=add_special).  Returns GP_OK and *ids (caller frees with gp_free) with
- * *n_ids entries. */
+/* Encodes UTF-8 text (len bytes, NUL allowed) into ids, like transformers' tokenizer(text,
+ * add_special_tokens=add_special); invalid UTF-8 first becomes one U+FFFD per maximal invalid subsequence (Python's
+ * decode('utf-8', 'replace')).  Returns GP_OK and *ids (caller frees with gp_free) with *n_ids entries. */
 gp_status gp_tokenizer_encode(const gp_tokenizer *tok, const char *text, size_t len, int add_special,
                               int32_t **ids, int32_t *n_ids);
 
-/* Decodes ids into UTF-8 text like transformers' decode(ids, skip_special_tokens=skip_special).  Ids that end
- * mid-character decode to U+FFFD at the end.  Returns GP_OK and *text (NUL-terminated, caller frees with gp_free)
- * of *len bytes. */
+/* Decodes ids into UTF-8 text like transformers' decode(ids, skip_special_tokens=skip_special).  Byte-level ids
+ * that end mid-character decode to one U+FFFD at the end; an incomplete <0xNN> byte-fallback run becomes one U+FFFD
+ * per byte (tokenizers' ByteFallback).  Returns GP_OK and *text (NUL-terminated, caller frees with gp_free) of
+ * *len bytes, or GP_ERR_RANGE for an id outside [0, n_vocab). */
 gp_status gp_tokenizer_decode(const gp_tokenizer *tok, const int32_t *ids, int32_t n_ids, int skip_special,
                               char **text, size_t *len);
 
@@ -122,7 +123,8 @@ gp_status gp_detok_init(const gp_tokenizer *tok, int skip_special, gp_detok **ou
 /* Frees a streaming detokenizer; NULL is a no-op. */
 void gp_detok_free(gp_detok *d);
 
-/* Adds one id; *piece receives the newly final text (borrowed, valid until the next call on d, may be ""). */
+/* Adds one id; *piece receives the newly final text (borrowed, valid until the next call on d, may be "").
+ * Returns GP_OK, or GP_ERR_RANGE for an id outside [0, n_vocab). */
 gp_status gp_detok_push(gp_detok *d, int32_t id, const char **piece);
 
 /* Returns in *piece whatever text is still held back (borrowed, valid until the next call on d). */

