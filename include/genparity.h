@@ -265,6 +265,9 @@ gp_status gp_ctx_cache_save(gp_ctx *c, const char *path);
  * truncated file or more positions than n_ctx is refused with a message and the context is left as it was. */
 gp_status gp_ctx_cache_load(gp_ctx *c, const char *path);
 
+/* Returns the model the context was created for (borrowed). */
+const gp_model *gp_ctx_model(const gp_ctx *c);
+
 /* Options of gp_ctx_eval. Zero-initialise, then set what you need. */
 typedef struct gp_eval_opts {
     int32_t all_logits;           /* 0: logits of the last token only, [n_vocab]; 1: every token, [n, n_vocab] */
@@ -339,34 +342,134 @@ uint32_t gp_text_suspect(const char *line, size_t len);
 
 #define GP_MAX_EOS 8
 
+/* A token sequence borrowed from the caller (bad_words_ids entries). */
+typedef struct gp_token_seq {
+    const int32_t *ids;
+    int32_t n;
+} gp_token_seq;
+
+/* transformers' sequence_bias entry: bias is added to ids[n-1] when the sequence ends with ids[0..n-2]
+ * (always, when n == 1). */
+typedef struct gp_seq_bias {
+    const int32_t *ids;
+    int32_t n;
+    double bias;
+} gp_seq_bias;
+
+/* One entry of the (non-transformers) logit_bias map: scores[id] += bias. */
+typedef struct gp_token_bias {
+    int32_t id;
+    double bias;
+} gp_token_bias;
+
+/* Caller logits processor: runs after genparity's processors and before the sampling warpers (temperature, top-k,
+ * ...), like transformers' logits_processor= argument.  ids: prompt + generated so far (borrowed); scores:
+ * float32 [n_vocab], modified in place.  Return GP_OK, or an error status to stop generation with it. */
+typedef gp_status (*gp_logits_proc_fn)(const int32_t *ids, int32_t n_ids, float *scores, int32_t n_vocab,
+                                       void *user_data);
+
+typedef struct gp_logits_processor {
+    gp_logits_proc_fn fn;
+    void *user_data;
+} gp_logits_processor;
+
+/* Caller sampler: replaces the built-in choice (argmax / multinomial).  scores: the fully processed float32
+ * scores [n_vocab] (warpers applied when do_sample); u: a uniform draw in [0, 1) from the seeded generator, one
+ * per step, so a sampler can stay deterministic.  Writes the chosen id to *token (0 <= id < n_vocab). */
+typedef gp_status (*gp_sampler_fn)(const float *scores, int32_t n_vocab, const int32_t *ids, int32_t n_ids,
+                                   double u, void *user_data, int32_t *token);
+
 /* Every decoding knob, with transformers' names and defaults.  Get one from gp_gen_config_default() (transformers'
- * library defaults) or gp_model_gen_config() (those overridden by the model's generation_config.json). */
+ * library defaults) or gp_model_gen_config() (those overridden by the model's generation_config.json), then set
+ * what you need.  Pointers are borrowed: the caller keeps them alive during gp_generate (a config returned by
+ * gp_model_gen_config borrows arrays owned by the model).  Floating knobs are double like Python's floats; they are
+ * rounded to float32 exactly where torch rounds them.  Order of application: docs/sampling.md. */
 typedef struct gp_gen_config {
-    int32_t max_new_tokens;  /* default 20, like transformers */
+    int32_t max_new_tokens;  /* default 20, like transformers; 0: no cap on new tokens (max_length, context) */
     int32_t do_sample;       /* 0: greedy (first maximum); 1: sample */
-    float temperature;       /* default 1.0; applied only when sampling */
-    int32_t top_k;           /* default 50; 0 disables */
-    float top_p;             /* default 1.0 (off) */
+    double temperature;      /* default 1.0; applied only when sampling; must be > 0 when sampling */
+    int32_t top_k;           /* default 50; 0 disables; applied only when sampling */
+    double top_p;            /* default 1.0 (off); applied only when sampling */
     int32_t eos_ids[GP_MAX_EOS];
     int32_t n_eos;           /* number of valid eos_ids */
-    int32_t ignore_eos;      /* 1: do not stop at EOS */
-    uint64_t seed;           /* seed of the sampler's generator */
+    int32_t ignore_eos;      /* 1: do not stop at EOS (EOS ids still feed min_length / min_new_tokens / bad words) */
+    uint64_t seed;           /* seed of the sampler's generator (xoshiro256**, seeded through splitmix64) */
+
+    /* --- transformers knobs (GenerationConfig names) --- */
+    int32_t max_length;      /* default 0 (unset): cap on prompt + new tokens, used only when max_new_tokens == 0 */
+    int32_t min_new_tokens;  /* default 0: EOS ids are masked until this many tokens were generated */
+    int32_t min_length;      /* default 0: EOS ids are masked while prompt + generated < min_length */
+    double min_p;            /* default 0 (off; transformers None); sampling only */
+    double typical_p;        /* default 1.0 (off); sampling only */
+    double epsilon_cutoff;   /* default 0 (off); sampling only */
+    double eta_cutoff;       /* default 0 (off); sampling only */
+    double repetition_penalty;      /* default 1.0 (off); over prompt + generated (see penalty_window) */
+    int32_t no_repeat_ngram_size;   /* default 0 (off) */
+    const gp_token_seq *bad_words_ids; /* default NULL; sequences that are never completed */
+    int32_t n_bad_words_ids;
+    const gp_seq_bias *sequence_bias;  /* default NULL */
+    int32_t n_sequence_bias;
+    const int32_t *suppress_tokens;    /* default NULL; always masked */
+    int32_t n_suppress_tokens;
+    const int32_t *begin_suppress_tokens; /* default NULL; masked at the first generated position */
+    int32_t n_begin_suppress_tokens;
+    int32_t forced_bos_token_id;   /* default -1 (off); forced when the sequence has length 1 */
+    int32_t forced_eos_token_id;   /* default -1 (off); forced at the last position allowed by the length cap */
+    const char *const *stop_strings; /* default NULL; stop when the generated text contains one (cut from text) */
+    int32_t n_stop_strings;
+    double max_time;               /* default 0 (off): stop after this many seconds (prefill included) */
+    int32_t skip_special_tokens;   /* default 1: special tokens are left out of result text and stream pieces */
+
+    /* --- NOT in transformers: extras from other engines, applied after transformers' processors --- */
+    double frequency_penalty;      /* default 0 (OpenAI): scores[t] -= f * count(t in generated tokens) */
+    double presence_penalty;       /* default 0 (OpenAI): scores[t] -= p if t occurs in the generated tokens */
+    const gp_token_bias *logit_bias; /* default NULL (OpenAI logit_bias): scores[id] += bias */
+    int32_t n_logit_bias;
+    int32_t penalty_window;        /* default 0 (whole sequence); > 0: repetition/frequency/presence penalties look
+                                      only at the last penalty_window tokens (mlx-lm repetition_context_size) */
+
+    /* --- API hooks --- */
+    const gp_logits_processor *logits_processors; /* default NULL; after the processors, before the warpers */
+    int32_t n_logits_processors;
+    gp_sampler_fn sampler;         /* default NULL: built-in argmax (greedy) / multinomial (do_sample) */
+    void *sampler_user_data;
+    int32_t logprobs;              /* default 0; 1: record the log-probability of each chosen token */
+    int32_t top_logprobs;          /* default 0; N > 0: also record the N most likely ids per step (implies logprobs) */
+    int32_t logprobs_raw;          /* default 0: log_softmax of the processed scores the token was chosen from
+                                      (transformers' output_scores); 1: of the model's raw logits */
+
+    void *_owned;                  /* reserved: storage owned by genparity (e.g. the model's parsed JSON arrays) */
 } gp_gen_config;
 
 /* Returns transformers' library defaults (no EOS ids). */
 gp_gen_config gp_gen_config_default(void);
 
-/* Returns the library defaults overridden by the model's generation_config.json (EOS ids, sampling knobs). */
+/* Returns the library defaults overridden by the model's generation_config.json (EOS ids, sampling knobs).
+ * Arrays in it are borrowed from the model. */
 gp_gen_config gp_model_gen_config(const gp_model *m);
+
+/* Checks a config (ranges, NULL arrays with counts) against a vocabulary of n_vocab ids (0: ids unchecked).
+ * Returns GP_OK or GP_ERR_INVALID_ARG naming the field. */
+gp_status gp_gen_config_validate(const gp_gen_config *g, int32_t n_vocab);
 
 typedef enum gp_finish_reason {
     GP_FINISH_NONE = 0,
-    GP_FINISH_STOP = 1,   /* an EOS id was generated */
-    GP_FINISH_LENGTH = 2  /* max_new_tokens reached */
+    GP_FINISH_STOP = 1,        /* an EOS id was generated */
+    GP_FINISH_LENGTH = 2,      /* max_new_tokens / max_length reached */
+    GP_FINISH_STOP_STRING = 3, /* the generated text contains a stop string (stop_index says which) */
+    GP_FINISH_TIME = 4,        /* max_time elapsed */
+    GP_FINISH_CANCELLED = 5,   /* the token callback asked to stop */
+    GP_FINISH_CONTEXT = 6      /* the context (n_ctx) is full */
 } gp_finish_reason;
 
-/* Returns "stop", "length", ... ; static string. */
+/* Returns "stop", "length", "stop_string", "time", "cancelled", "context" ("none" for NONE); static string. */
 const char *gp_finish_reason_str(gp_finish_reason r);
+
+/* One alternative of a top-N logprobs list. */
+typedef struct gp_top_logprob {
+    int32_t id;
+    float logprob;
+} gp_top_logprob;
 
 typedef struct gp_gen_result {
     int32_t *tokens;          /* generated ids only (EOS included when it stopped generation); gp_gen_result_free */
@@ -375,13 +478,36 @@ typedef struct gp_gen_result {
     int32_t n_prompt;         /* prompt tokens evaluated */
     double prompt_seconds;    /* wall time of the prefill */
     double gen_seconds;       /* wall time of the decode steps */
+    char *text;               /* generated text (NUL-terminated; stop string and what follows cut; the stopping EOS
+                                 left out), or NULL when the model has no tokenizer; gp_gen_result_free */
+    size_t text_len;
+    int32_t stop_index;       /* index into stop_strings of the match (GP_FINISH_STOP_STRING), else -1 */
+    float *logprobs;          /* [n_tokens] log-probability of each chosen id, or NULL (cfg.logprobs == 0) */
+    gp_top_logprob *top_logprobs; /* [n_tokens * n_top], most likely first, or NULL */
+    int32_t n_top;            /* entries per step in top_logprobs (cfg.top_logprobs capped at n_vocab) */
 } gp_gen_result;
 
-/* Per-token callback: return 0 to continue, non-zero to stop (gp_generate then returns GP_ERR_CANCELLED). */
-typedef int (*gp_token_cb)(int32_t id, void *user_data);
+/* What the streaming callback receives for each generated id. */
+typedef struct gp_token_event {
+    int32_t id;               /* the generated id */
+    int32_t index;            /* 0 for the first generated id */
+    const char *piece;        /* text that became final with this id (borrowed, valid during the call; may be "":
+                                 text that could start a stop string is held back until it cannot) */
+    size_t piece_len;
+    float logprob;            /* log-probability of id (as in gp_gen_result.logprobs); NAN when not requested */
+    const gp_top_logprob *top; /* n_top alternatives (borrowed, valid during the call), or NULL */
+    int32_t n_top;
+    gp_finish_reason finish;  /* NONE, or the reason when this is the last id */
+} gp_token_event;
 
-/* Resets the context, prefills the prompt and generates until EOS or max_new_tokens, calling on_token (may be
- * NULL) for every generated id.  Returns GP_OK and fills *result (caller frees with gp_gen_result_free). */
+/* Per-token callback: return 0 to continue, non-zero to stop (gp_generate then returns GP_ERR_CANCELLED and the
+ * result, with finish_reason GP_FINISH_CANCELLED, is still filled). */
+typedef int (*gp_token_cb)(const gp_token_event *ev, void *user_data);
+
+/* Resets the context, prefills the prompt and generates until a stopping criterion (EOS, length, stop string, time,
+ * full context), calling on_token (may be NULL) for every generated id.  Returns GP_OK and fills *result (caller
+ * frees with gp_gen_result_free); GP_ERR_CANCELLED (result filled) when on_token asked to stop; another error
+ * (result empty) when the config is invalid or evaluation fails. */
 gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
                       gp_token_cb on_token, void *user_data, gp_gen_result *result);
 
