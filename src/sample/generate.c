@@ -1,95 +1,65 @@
-/* generate.c — generation configs (transformers' defaults < generation_config.json < caller) and gp_generate, the
- * loop: prefill the prompt, then pick a token, check stopping, decode it, until EOS or max_new_tokens. */
+/* generate.c — gp_generate: binds the generation loop (loop.c) to a gp_ctx (gp_ctx_reset / gp_ctx_eval with the
+ * last position's logits) and to the model's tokenizer through a streaming detokenizer; and the model's generation
+ * config (transformers' defaults < generation_config.json). */
 #include "model/model.h"
+#include "sample/sample.h"
 #include "util/util.h"
-
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-gp_gen_config gp_gen_config_default(void) {
-    gp_gen_config g;
-    memset(&g, 0, sizeof g);
-    g.max_new_tokens = 20;
-    g.temperature = 1.0f;
-    g.top_k = 50;
-    g.top_p = 1.0f;
-    return g;
-}
 
 gp_gen_config gp_model_gen_config(const gp_model *m) {
     gp_gen_config g = gp_gen_config_default();
-    g.n_eos = gp_model_eos_ids(m, g.eos_ids, GP_MAX_EOS);
-    if (g.n_eos > GP_MAX_EOS) g.n_eos = GP_MAX_EOS;
+    if (!m) return g;
+    int32_t n = gp_model_eos_ids(m, g.eos_ids, GP_MAX_EOS);
+    g.n_eos = n > GP_MAX_EOS ? GP_MAX_EOS : n;
+    if (m->gen_config_path) {
+        /* TODO(model loader): parse once at load into the model (gp_gen_config_apply_json, errors reported there),
+         * free with gp_gen_config_free_owned at gp_model_free, and return a copy here so that list-valued fields
+         * (bad_words_ids, suppress_tokens, stop_strings, ...) are kept.  Until then only the scalar knobs apply. */
+        gp_gen_config t = g;
+        if (gp_gen_config_apply_json(&t, m->gen_config_path) == GP_OK) {
+            gp_gen_config_free_owned(&t);
+            g = t;
+        }
+    }
     return g;
 }
 
-const char *gp_finish_reason_str(gp_finish_reason r) {
-    switch (r) {
-    case GP_FINISH_STOP: return "stop";
-    case GP_FINISH_LENGTH: return "length";
-    default: return "none";
-    }
+typedef struct {
+    gp_ctx *c;
+    gp_detok *d;
+} ctx_engine;
+
+static void ce_reset(void *self) { gp_ctx_reset(((ctx_engine *)self)->c); }
+
+static gp_status ce_eval(void *self, const int32_t *ids, int32_t n, float *logits) {
+    return gp_ctx_eval(((ctx_engine *)self)->c, ids, n, NULL, logits);
 }
 
-void gp_gen_result_free(gp_gen_result *r) {
-    if (!r) return;
-    free(r->tokens);
-    memset(r, 0, sizeof *r);
+static gp_status ce_push(void *self, int32_t id, const char **piece) {
+    return gp_detok_push(((ctx_engine *)self)->d, id, piece);
 }
 
-/* Index of the first maximum of x [n] (torch.argmax's choice). */
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-static int is_eos(const gp_gen_config *g, int32_t id) {
-    for (int i = 0; i < g->n_eos && i < GP_MAX_EOS; i++)
-        if (g->eos_ids[i] == id) return 1;
-    return 0;
-}
+static gp_status ce_flush(void *self, const char **piece) { return gp_detok_flush(((ctx_engine *)self)->d, piece); }
 
 gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
-                      gp_token_cb on_token, void *user_data, gp_gen_result *res) {
-    if (!c || !prompt || n_prompt <= 0 || !cfg || !res)
-        return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: ctx, prompt (n_prompt > 0), cfg and result are required");
-    memset(res, 0, sizeof *res);
-    if (cfg->max_new_tokens < 0) return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: max_new_tokens must be >= 0");
-    if (cfg->do_sample)
-        return gp_set_error(GP_ERR_UNSUPPORTED, "gp_generate: sampling is not implemented yet; use greedy (do_sample 0)");
-    const int32_t V = gp_model_n_vocab(gp_ctx_model(c));
-    float *logits = gp_malloc((size_t)V, sizeof(float));
-    res->tokens = gp_malloc((size_t)cfg->max_new_tokens + 1, sizeof(int32_t));
-    if (!logits || !res->tokens) {
-        free(logits);
-        gp_gen_result_free(res);
-        return GP_ERR_NOMEM;
+                      gp_token_cb on_token, void *user_data, gp_gen_result *result) {
+    if (result) gp_gen_result_free(result);
+    if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: context is NULL");
+    if (!cfg) return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: cfg is NULL");
+    const gp_model *m = gp_ctx_model(c);
+    ctx_engine ce = {c, NULL};
+    gp_gen_engine e = {0};
+    e.self = &ce;
+    e.n_vocab = gp_model_n_vocab(m);
+    e.reset = ce_reset;
+    e.eval = ce_eval;
+    const gp_tokenizer *tok = gp_model_tokenizer(m);
+    if (tok) {
+        gp_status s = gp_detok_init(tok, cfg->skip_special_tokens, &ce.d);
+        if (s) return s;
+        e.detok_push = ce_push;
+        e.detok_flush = ce_flush;
     }
-    gp_ctx_reset(c);
-    double t0 = gp_now();
-    gp_status s = gp_ctx_eval(c, prompt, n_prompt, NULL, logits);
-    res->n_prompt = n_prompt;
-    res->prompt_seconds = gp_now() - t0;
-    double t1 = gp_now();
-    res->finish_reason = GP_FINISH_LENGTH;
-    while (s == GP_OK && res->n_tokens < cfg->max_new_tokens) {
-        int32_t id = argmax(logits, V);
-        res->tokens[res->n_tokens++] = id;
-        if (on_token && on_token(id, user_data)) {
-            s = gp_set_error(GP_ERR_CANCELLED, "gp_generate: stopped by the token callback");
-            break;
-        }
-        if (!cfg->ignore_eos && is_eos(cfg, id)) {
-            res->finish_reason = GP_FINISH_STOP;
-            break;
-        }
-        if (res->n_tokens == cfg->max_new_tokens) break;
-        s = gp_ctx_eval(c, &id, 1, NULL, logits);
-    }
-    res->gen_seconds = gp_now() - t1;
-    free(logits);
+    gp_status s = gp_gen_run(&e, prompt, n_prompt, cfg, on_token, user_data, result);
+    gp_detok_free(ce.d);
     return s;
 }

@@ -149,11 +149,10 @@ typedef struct gp_gen_engine {
     /* Evaluates ids [n] after the cached ones and writes the last position's logits [n_vocab].  GP_ERR_RANGE on a
      * one-token decode step means the context is full. */
     gp_status (*eval)(void *self, const int32_t *ids, int32_t n, float *logits);
-    /* Streaming detokenizer (NULL when there is no tokenizer: no text, stop strings refused). */
+    /* Streaming detokenizer, set up with cfg->skip_special_tokens (NULL when there is no tokenizer: no text, stop
+     * strings refused). */
     gp_status (*detok_push)(void *self, int32_t id, const char **piece);
     gp_status (*detok_flush)(void *self, const char **piece);
-    /* Returns 1 if id is special (skipped from text when skip_special_tokens); may be NULL. */
-    int (*is_special)(void *self, int32_t id);
 } gp_gen_engine;
 
 gp_status gp_gen_run(const gp_gen_engine *e, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
