@@ -30,4 +30,13 @@ void cli_json_string(FILE *f, const char *s, size_t len);
 /* Default model folder: $GENPARITY_MODEL, else models/shakespeare-llama beside the executable's build dir. */
 const char *cli_default_model(void);
 
+/* Sampling flags (cli/gen_flags.c).  Parses argv[*i] (and its value) into g if it is a sampling flag: returns 1 with *i
+ * on the last argument it consumed (the flag's value); 0 if argv[*i] is not a sampling flag; -1 on a bad value, after printing an error.
+ * Arrays given by flags (--stop, --bad-words, --logit-bias) live until cli_gen_flags_free(). */
+int cli_gen_flag(int argc, char **argv, int *i, gp_gen_config *g);
+/* Prints the sampling flags' help (names, transformers' names and defaults) to f. */
+void cli_gen_flags_help(FILE *f);
+/* Frees what the sampling flags allocated; call after the last use of the config. */
+void cli_gen_flags_free(void);
+
 #endif

@@ -15,28 +15,25 @@ static void help(FILE *f) {
             "  --prompt TEXT        prompt text, encoded like transformers with add_special_tokens=True\n"
             "  --prompt-ids LIST    prompt as comma-separated token ids\n"
             "  --max-tokens N       new tokens to generate (default 64)\n"
-            "  --temp T             0 = greedy\n"
             "  --ignore-eos         do not stop at the model's EOS ids\n"
             "  --format text|json   text streams as tokens arrive; json prints one object at the end\n"
             "  --threads N          worker threads (default: all CPUs)\n"
             "  --prefill-chunk N    prompt tokens per batched forward (default 512; results do not depend on it)\n"
-            "  --n-ctx N            KV cache positions (default: max_position_embeddings)\n");
+            "  --n-ctx N            KV cache positions (default: max_position_embeddings)\n"
+            "\n");
+    cli_gen_flags_help(f);
 }
 
 typedef struct stream_state {
-    gp_detok *detok; /* NULL: no tokenizer, print ids */
-    int text;        /* streaming text to stdout */
+    int has_text; /* the model has a tokenizer: print text pieces, else ids */
+    int text;     /* streaming text to stdout */
 } stream_state;
 
-static int on_token(int32_t id, void *ud) {
+static int on_token(const gp_token_event *ev, void *ud) {
     stream_state *st = ud;
     if (!st->text) return 0;
-    if (st->detok) {
-        const char *piece;
-        if (gp_detok_push(st->detok, id, &piece) == GP_OK) fputs(piece, stdout);
-    } else {
-        printf("%d ", id);
-    }
+    if (st->has_text) fwrite(ev->piece, 1, ev->piece_len, stdout);
+    else printf("%d ", ev->id);
     fflush(stdout);
     return 0;
 }
@@ -60,7 +57,8 @@ static int parse_int(const char *flag, const char *v, int32_t lo, int32_t *out) 
 
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *prompt = NULL, *prompt_ids = NULL, *format = "text";
-    int32_t max_tokens = 64, threads = 0, chunk = 0, n_ctx = 0, ignore_eos = 0, greedy = -1;
+    int32_t max_tokens = 64, threads = 0, chunk = 0, n_ctx = 0, ignore_eos = 0;
+    gp_gen_config scratch = gp_gen_config_default(); /* sampling flags are checked here, applied after loading */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -72,6 +70,12 @@ int cmd_generate(int argc, char **argv) {
             ignore_eos = 1;
             continue;
         }
+        int gf = cli_gen_flag(argc, argv, &i, &scratch);
+        if (gf < 0) {
+            cli_gen_flags_free();
+            return 2;
+        }
+        if (gf > 0) continue;
         if (!v) {
             fprintf(stderr, "genparity generate: unknown flag or missing value: %s\n", a);
             return 2;
@@ -84,15 +88,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (parse_int(a, v, 0, &threads)) return 2; }
         else if (!strcmp(a, "--prefill-chunk")) { if (parse_int(a, v, 1, &chunk)) return 2; }
         else if (!strcmp(a, "--n-ctx")) { if (parse_int(a, v, 1, &n_ctx)) return 2; }
-        else if (!strcmp(a, "--temp")) {
-            char *end;
-            double t = strtod(v, &end);
-            if (*end || t < 0) {
-                fprintf(stderr, "genparity generate: --temp expects a number >= 0, got '%s'\n", v);
-                return 2;
-            }
-            greedy = t == 0;
-        } else {
+        else {
             fprintf(stderr, "genparity generate: unknown flag %s (see --help)\n", a);
             return 2;
         }
@@ -151,19 +147,19 @@ int cmd_generate(int argc, char **argv) {
     gp_gen_config g = gp_model_gen_config(m);
     g.max_new_tokens = max_tokens;
     g.ignore_eos = ignore_eos;
-    if (greedy == 1) g.do_sample = 0;
+    for (int i = 1; i < argc; i++) /* the sampling flags, over the model's generation config */
+        if (cli_gen_flag(argc, argv, &i, &g) == 0 && strcmp(argv[i], "--ignore-eos") && strcmp(argv[i], "--help"))
+            i++;
 
-    stream_state st = {NULL, !json};
-    if (tok && gp_detok_init(tok, 1, &st.detok) != GP_OK) st.detok = NULL;
+    stream_state st = {tok != NULL, !json};
     gp_gen_result r;
     gp_status s = gp_generate(c, ids, n_ids, &g, on_token, &st, &r);
     int rc = 0;
     if (s != GP_OK) {
         rc = cli_fail("generating");
     } else if (json) {
-        char *text = NULL;
-        size_t tlen = 0;
-        if (tok && gp_tokenizer_decode(tok, r.tokens, r.n_tokens, 1, &text, &tlen) != GP_OK) text = NULL;
+        const char *text = r.text;
+        size_t tlen = r.text_len;
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         printf("{\"prompt_ids\":");
@@ -172,20 +168,31 @@ int cmd_generate(int argc, char **argv) {
         print_ids(r.tokens, r.n_tokens);
         printf(",\"text\":");
         cli_json_string(stdout, text ? text : "", text ? tlen : 0);
+        if (r.logprobs) {
+            printf(",\"logprobs\":[");
+            for (int32_t k = 0; k < r.n_tokens; k++) {
+                printf("%s{\"id\":%d,\"logprob\":%.9g", k ? "," : "", r.tokens[k], (double)r.logprobs[k]);
+                if (r.top_logprobs) {
+                    printf(",\"top\":[");
+                    for (int32_t t = 0; t < r.n_top; t++) {
+                        const gp_top_logprob *e = &r.top_logprobs[(size_t)k * (size_t)r.n_top + (size_t)t];
+                        printf("%s{\"id\":%d,\"logprob\":%.9g}", t ? "," : "", e->id, (double)e->logprob);
+                    }
+                    putchar(']');
+                }
+                putchar('}');
+            }
+            putchar(']');
+        }
         int gen_steps = r.n_tokens > 0 ? r.n_tokens - 1 : 0; /* the first token comes from the prefill */
         printf(",\"finish_reason\":\"%s\",\"prompt_tokens_per_s\":%.3f,\"generation_tokens_per_s\":%.3f,"
                "\"peak_memory_bytes\":%lld}\n",
                gp_finish_reason_str(r.finish_reason), r.prompt_seconds > 0 ? r.n_prompt / r.prompt_seconds : 0.0,
                r.gen_seconds > 0 ? gen_steps / r.gen_seconds : 0.0, (long long)ru.ru_maxrss * 1024LL);
-        gp_free(text);
     } else {
-        if (st.detok) {
-            const char *piece;
-            if (gp_detok_flush(st.detok, &piece) == GP_OK) fputs(piece, stdout);
-        }
         putchar('\n');
     }
-    gp_detok_free(st.detok);
+    cli_gen_flags_free();
     gp_gen_result_free(&r);
     gp_ctx_free(c);
     gp_free(ids);

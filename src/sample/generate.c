@@ -42,7 +42,6 @@ static gp_status ce_flush(void *self, const char **piece) { return gp_detok_flus
 
 gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
                       gp_token_cb on_token, void *user_data, gp_gen_result *result) {
-    if (result) gp_gen_result_free(result);
     if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: context is NULL");
     if (!cfg) return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: cfg is NULL");
     const gp_model *m = gp_ctx_model(c);
