@@ -400,9 +400,11 @@ gp_status gp_cache_load(const char *path, const char *name, const gp_kv_params *
                             CACHE_FORMAT);
     }
     if (!ver || strcmp(ver, CACHE_VERSION)) {
+        /* format the message before closing: ver points into the file's metadata */
+        gp_status e = gp_set_error(GP_ERR_UNSUPPORTED, "%s: metadata 'version' = '%s', this build reads version %s",
+                                   path, ver ? ver : "(none)", CACHE_VERSION);
         gp_st_close(st);
-        return gp_set_error(GP_ERR_UNSUPPORTED, "%s: metadata 'version' = '%s', this build reads version %s", path,
-                            ver ? ver : "(none)", CACHE_VERSION);
+        return e;
     }
     if (check && (s = check(st, path, ud))) {
         gp_st_close(st);
