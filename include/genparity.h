@@ -238,9 +238,10 @@ const int32_t *gp_ctx_tokens(const gp_ctx *c, int32_t *n);
  * sliding ring has already evicted what position n would attend to (the cache is then unchanged). */
 gp_status gp_ctx_trim(gp_ctx *c, int32_t n);
 
-/* Evaluates ids reusing the current cache: keeps the longest prefix the cache shares with ids (at least one token is
- * always evaluated), evaluates the rest and writes the last position's logits [n_vocab] (may be NULL).  *n_reused
- * (may be NULL) receives the positions reused.  Falls back to a full prefill when the cache cannot be trimmed. */
+/* Starts a request: resets the steering step to 0, keeps the longest prefix the current cache shares with ids (at least
+ * one token is always evaluated; nothing is reused when the cache was computed under other steering hooks or a hook
+ * varies by step), evaluates the rest and writes the last position's logits [n_vocab] (may be NULL).  *n_reused (may
+ * be NULL) receives the positions reused.  Falls back to a full prefill when the cache cannot be trimmed. */
 gp_status gp_ctx_prefill(gp_ctx *c, const int32_t *ids, int32_t n, float *logits, int32_t *n_reused);
 
 /* Named caches ("isolated caches"): a context starts with one cache named "default". */
@@ -504,7 +505,8 @@ typedef struct gp_token_event {
  * result, with finish_reason GP_FINISH_CANCELLED, is still filled). */
 typedef int (*gp_token_cb)(const gp_token_event *ev, void *user_data);
 
-/* Resets the context, prefills the prompt and generates until a stopping criterion (EOS, length, stop string, time,
+/* Prefills the prompt through gp_ctx_prefill (the longest prefix the current cache shares with the prompt is reused,
+ * when it was computed under the current constant steering hooks; results are identical to a fresh run) and generates until a stopping criterion (EOS, length, stop string, time,
  * full context), calling on_token (may be NULL) for every generated id.  Returns GP_OK and fills *result (caller
  * frees with gp_gen_result_free); GP_ERR_CANCELLED (result filled) when on_token asked to stop; another error
  * (result empty) when the config is invalid or evaluation fails. */

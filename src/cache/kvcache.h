@@ -47,6 +47,8 @@ struct gp_cache {
     int32_t n_past;   /* positions held */
     int32_t *ids;     /* [n_past] token ids */
     int32_t ids_cap;
+    uint64_t steer_epoch; /* the context's steering epoch when position 0 was written */
+    int steer_mixed;      /* positions were written under different steering hooks: never reuse */
 };
 typedef struct gp_cache gp_cache;
 

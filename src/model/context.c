@@ -169,8 +169,13 @@ gp_status gp_ctx_trim(gp_ctx *c, int32_t n) { return gp_cache_trim(gp_ctx_cache(
 gp_status gp_ctx_prefill(gp_ctx *c, const int32_t *ids, int32_t n, float *logits, int32_t *n_reused) {
     if (!c || !ids || n <= 0) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_prefill: ids and n > 0 are required");
     gp_cache *kc = gp_ctx_cache(c);
+    c->steer.step = 0; /* a new request: its prefill is steering step 0 */
+    /* cached positions are reusable only if computed under the current hooks, and those do not vary by step */
+    int reusable = !kc->steer_mixed && kc->steer_epoch == c->steer.epoch;
+    for (int32_t i = 0; i < c->steer.n_hooks; i++)
+        if (c->steer.hooks[i].h.schedule != GP_STEER_CONSTANT) reusable = 0;
     int32_t k = 0;
-    while (k < kc->n_past && k < n && kc->ids[k] == ids[k]) k++;
+    while (reusable && k < kc->n_past && k < n && kc->ids[k] == ids[k]) k++;
     if (k == n) k--; /* evaluate at least the last token to get its logits */
     if (k < kc->n_past && gp_cache_trim(kc, k) != GP_OK) k = 0;
     if (k == 0) kc->n_past = 0;
@@ -289,6 +294,18 @@ static uint64_t tokenizer_hash(const gp_model *m) {
     return h;
 }
 
+/* The residual hooks as "layer:alpha:schedule:steps:vectorhash" entries ("" when none). */
+static void steer_desc(const gp_ctx *c, char *buf, size_t cap) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int32_t i = 0; i < c->steer.n_hooks && k + 96 < cap; i++) {
+        const gp_steer_hook *h = &c->steer.hooks[i].h;
+        uint64_t vh = hash_bytes(0, c->steer.hooks[i].vec, (size_t)c->m->cfg.n_embd * sizeof(float));
+        k += (size_t)snprintf(buf + k, cap - k, "%s%d:%.9g:%d:%d:%016llx", i ? "," : "", h->layer, (double)h->alpha,
+                              (int)h->schedule, h->steps, (unsigned long long)vh);
+    }
+}
+
 typedef struct load_check {
     char fp[32], th[32];
 } load_check;
@@ -310,14 +327,8 @@ gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
     load_check lc;
     snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
     snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));
-    /* steering state: hooks as "layer:alpha:schedule:steps" entries, and whether a logit bias is set */
-    char steer[1024] = "";
-    size_t k = 0;
-    for (int32_t i = 0; i < c->steer.n_hooks && k < sizeof steer - 64; i++) {
-        const gp_steer_hook *h = &c->steer.hooks[i].h;
-        k += (size_t)snprintf(steer + k, sizeof steer - k, "%s%d:%.9g:%d:%d", i ? "," : "", h->layer, (double)h->alpha,
-                              (int)h->schedule, h->steps);
-    }
+    char steer[1024];
+    steer_desc(c, steer, sizeof steer);
     const char *keys[] = {"model_fingerprint", "tokenizer_hash", "architecture", "steering_hooks", "logit_bias_vector",
                           "lora"};
     const char *vals[] = {lc.fp, lc.th, c->m->cfg.arch_name, steer, c->steer.bias ? "set" : "none", "none"};
@@ -334,6 +345,17 @@ gp_status gp_ctx_cache_load(gp_ctx *c, const char *path) {
     gp_status s = gp_cache_load(path, gp_ctx_cache(c)->name, &c->kvp, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim,
                                 cfg->window, check_file, &lc, &kc);
     if (s) return s;
+    /* positions computed under other steering hooks than the context's current ones are never reused */
+    char now[1024];
+    steer_desc(c, now, sizeof now);
+    gp_st_set *st;
+    const char *was = NULL;
+    if (gp_st_open_file(path, &st) == GP_OK) {
+        was = gp_st_metadata(st, "steering_hooks");
+        kc->steer_mixed = !was || strcmp(was, now);
+        gp_st_close(st);
+    } else kc->steer_mixed = 1;
+    kc->steer_epoch = c->steer.epoch;
     gp_cache_destroy(c->caches[c->cur]);
     c->caches[c->cur] = kc;
     return GP_OK;

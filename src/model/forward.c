@@ -122,6 +122,10 @@ gp_status gp_ctx_eval(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_op
     gp_status s = gp_ctx_reserve(c, kc->n_past + n);
     if (s) return s;
     if ((s = gp_cache_push_ids(kc, ids, n))) return s;
+    if (kc->n_past == 0) {
+        kc->steer_epoch = c->steer.epoch;
+        kc->steer_mixed = 0;
+    } else if (kc->steer_epoch != c->steer.epoch) kc->steer_mixed = 1;
     omp_set_num_threads(c->p.n_threads);
     int all = opts && opts->all_logits;
     for (int32_t t0 = 0; t0 < n; t0 += c->p.prefill_chunk) {

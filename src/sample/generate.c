@@ -1,5 +1,5 @@
-/* generate.c — gp_generate: binds the generation loop (loop.c) to a gp_ctx (gp_ctx_reset / gp_ctx_eval with the
- * last position's logits) and to the model's tokenizer through a streaming detokenizer; and the model's generation
+/* generate.c — gp_generate: binds the generation loop (loop.c) to a gp_ctx (the prompt through gp_ctx_prefill, which
+ * reuses the cache's common prefix; then gp_ctx_eval with the last position's logits) and to the model's tokenizer through a streaming detokenizer; and the model's generation
  * config (transformers' defaults < generation_config.json). */
 #include "model/model.h"
 #include "sample/sample.h"
@@ -26,12 +26,18 @@ gp_gen_config gp_model_gen_config(const gp_model *m) {
 typedef struct {
     gp_ctx *c;
     gp_detok *d;
+    int prefill; /* the next eval is the prompt: reuse the cache's common prefix (gp_ctx_prefill) */
 } ctx_engine;
 
-static void ce_reset(void *self) { gp_ctx_reset(((ctx_engine *)self)->c); }
+static void ce_reset(void *self) { ((ctx_engine *)self)->prefill = 1; }
 
 static gp_status ce_eval(void *self, const int32_t *ids, int32_t n, float *logits) {
-    return gp_ctx_eval(((ctx_engine *)self)->c, ids, n, NULL, logits);
+    ctx_engine *ce = self;
+    if (ce->prefill) {
+        ce->prefill = 0;
+        return gp_ctx_prefill(ce->c, ids, n, logits, NULL);
+    }
+    return gp_ctx_eval(ce->c, ids, n, NULL, logits);
 }
 
 static gp_status ce_push(void *self, int32_t id, const char **piece) {
@@ -45,7 +51,7 @@ gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const 
     if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: context is NULL");
     if (!cfg) return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: cfg is NULL");
     const gp_model *m = gp_ctx_model(c);
-    ctx_engine ce = {c, NULL};
+    ctx_engine ce = {c, NULL, 1};
     gp_gen_engine e = {0};
     e.self = &ce;
     e.n_vocab = gp_model_n_vocab(m);

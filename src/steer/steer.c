@@ -53,6 +53,7 @@ gp_status gp_steer_state_add(gp_steer_state *st, const gp_steer_hook *hook, int3
     float *v = gp_malloc((size_t)E, sizeof(float));
     if (!v) return GP_ERR_NOMEM;
     memcpy(v, hook->vector, (size_t)E * sizeof(float));
+    st->epoch++;
     gp_steer_active *a = &st->hooks[st->n_hooks++];
     a->h = *hook;
     a->h.vector = v;
@@ -61,6 +62,7 @@ gp_status gp_steer_state_add(gp_steer_state *st, const gp_steer_hook *hook, int3
 }
 
 void gp_steer_state_clear(gp_steer_state *st) {
+    if (st->n_hooks) st->epoch++;
     for (int32_t k = 0; k < st->n_hooks; k++) free(st->hooks[k].vec);
     free(st->hooks);
     free(st->bias);

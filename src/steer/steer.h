@@ -15,6 +15,7 @@ typedef struct gp_steer_state {
     int32_t n_hooks, cap_hooks;
     float *bias;     /* [n_vocab] alpha * W v, or NULL */
     int32_t step;    /* forward calls since the last reset */
+    uint64_t epoch;  /* bumped whenever the set of residual hooks changes (a cache built under other hooks is stale) */
 } gp_steer_state;
 
 /* Coefficient a of a hook at forward step s. */
