@@ -11,6 +11,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_steer_vector(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
+int cmd_validate(int argc, char **argv);
 
 /* Context flags (threads, chunk, n_ctx, KV cache kind): returns 1 if argv[*i] was one (value consumed), 0 if not,
  * -1 on a bad value (message printed). */

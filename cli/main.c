@@ -20,6 +20,7 @@ static void usage(FILE *f) {
             "  detokenize   ids to text\n"
             "  steer-vector build a steering vector from two prompt lists\n"
             "  cache        build / inspect KV cache files\n"
+            "  validate     steering validation harness (determinism, divergence, suspect lines, KL)\n"
             "  version      print the version\n",
             gp_version());
 }
@@ -116,6 +117,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "steer-vector")) return cmd_steer_vector(argc - 1, argv + 1);
     if (!strcmp(cmd, "cache")) return cmd_cache(argc - 1, argv + 1);
+    if (!strcmp(cmd, "validate")) return cmd_validate(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("genparity %s\n", gp_version());
         return 0;

@@ -5,6 +5,8 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 
 const char *const GP_FIXTURE_MODELS[] = {"tiny-llama",  "tiny-llama3", "tiny-qwen2",       "tiny-qwen3",
                                          "tiny-gemma2", "tiny-gemma3", "shakespeare-llama"};
@@ -77,4 +79,58 @@ void fx_print_ids(const char *label, const int32_t *ids, int n) {
     printf("    %s:", label);
     for (int i = 0; i < n; i++) printf(" %d", ids[i]);
     printf("\n");
+}
+
+const char *fx_bin(void) {
+    const char *b = getenv("GENPARITY_BIN");
+    return b && *b ? b : "build/genparity";
+}
+
+int fx_run(const char *cmd, int merge_stderr, char **out) {
+    size_t n = strlen(cmd) + 32;
+    char *full = malloc(n);
+    *out = NULL;
+    if (!full) return -1;
+    snprintf(full, n, "%s%s", cmd, merge_stderr ? " 2>&1" : " 2>/dev/null");
+    FILE *p = popen(full, "r");
+    free(full);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    if (!p || !buf) {
+        if (p) pclose(p);
+        free(buf);
+        return -1;
+    }
+    size_t k;
+    while ((k = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += k;
+        if (len + 1 == cap) {
+            char *q = realloc(buf, cap *= 2);
+            if (!q) break;
+            buf = q;
+        }
+    }
+    buf[len] = 0;
+    int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+cJSON *fx_run_json(const char *args) {
+    size_t n = strlen(fx_bin()) + strlen(args) + 2;
+    char *cmd = malloc(n), *out;
+    if (!cmd) return NULL;
+    snprintf(cmd, n, "%s %s", fx_bin(), args);
+    int rc = fx_run(cmd, 0, &out);
+    free(cmd);
+    cJSON *j = out && rc == 0 ? cJSON_Parse(out) : NULL;
+    if (!j) printf("    CLI exit %d, output: %.300s\n", rc, out ? out : "");
+    free(out);
+    return j;
+}
+
+void fx_join_ids(const int32_t *ids, int n, char *buf, size_t cap) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && k + 16 < cap; i++) k += (size_t)snprintf(buf + k, cap - k, "%s%d", i ? "," : "", ids[i]);
 }

@@ -26,6 +26,20 @@ double fx_max_abs_diff(const float *a, const float *b, size_t n);
 /* Index of the first differing element of two id arrays, or -1 if identical (lengths compared too). */
 int fx_first_diff(const int32_t *a, int na, const int32_t *b, int nb);
 
+/* The genparity binary under test: $GENPARITY_BIN, else build/genparity. */
+const char *fx_bin(void);
+
+/* Runs a shell command; returns its exit code (-1 if it could not run) and its stdout (plus stderr when
+ * merge_stderr; else stderr is discarded) in *out (malloc'd, caller frees). */
+int fx_run(const char *cmd, int merge_stderr, char **out);
+
+/* Runs "<bin> <args>" and parses its stdout as one JSON object; NULL (after printing the output) if it exited
+ * non-zero or printed something else.  Caller cJSON_Delete()s. */
+cJSON *fx_run_json(const char *args);
+
+/* Writes ids as "1,2,3" into buf. */
+void fx_join_ids(const int32_t *ids, int n, char *buf, size_t cap);
+
 /* Prints "  ids: a b c ..." for debugging mismatches. */
 void fx_print_ids(const char *label, const int32_t *ids, int n);
 

@@ -11,41 +11,6 @@
 #include <unistd.h>
 #include <limits.h>
 
-/* Runs a shell command, returns its exit code and its output (stdout, plus stderr when merge) in *out. */
-static int run(const char *cmd, int merge, char **out) {
-    char full[8192];
-    snprintf(full, sizeof full, "%s%s", cmd, merge ? " 2>&1" : " 2>/dev/null");
-    FILE *p = popen(full, "r");
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!p || !buf) {
-        free(buf);
-        *out = NULL;
-        return -1;
-    }
-    size_t k;
-    while ((k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += k;
-        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[n] = 0;
-    int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static const char *bin(void) {
-    const char *b = getenv("GENPARITY_BIN");
-    return b && *b ? b : "build/genparity";
-}
-
-/* Joins ids as "1,2,3" into buf. */
-static void join_ids(const int32_t *ids, int n, char *buf, size_t cap) {
-    size_t k = 0;
-    buf[0] = 0;
-    for (int i = 0; i < n && k + 16 < cap; i++) k += (size_t)snprintf(buf + k, cap - k, "%s%d", i ? "," : "", ids[i]);
-}
-
 TEST(cli_generate_json_matches_transformers_greedy) {
     for (int mi = 0; mi < GP_N_FIXTURE_MODELS; mi++) {
         char rel[256];
@@ -61,11 +26,11 @@ TEST(cli_generate_json_matches_transformers_greedy) {
             int n = fx_int_array(cJSON_GetObjectItem(p0, "ids"), &ids);
             int nw = fx_int_array(cJSON_GetObjectItem(p0, "greedy_48"), &want);
             char idbuf[4096], cmd[8192];
-            join_ids(ids, n, idbuf, sizeof idbuf);
+            fx_join_ids(ids, n, idbuf, sizeof idbuf);
             snprintf(cmd, sizeof cmd, "%s generate --model '%s' --prompt-ids %s --max-tokens 48 --temp 0 --format json",
-                     bin(), dir, idbuf);
+                     fx_bin(), dir, idbuf);
             char *out;
-            int rc = run(cmd, 0, &out);
+            int rc = fx_run(cmd, 0, &out);
             CHECK_EQ_INT(rc, 0);
             cJSON *j = out ? cJSON_Parse(out) : NULL;
             if (!j) {
@@ -161,10 +126,10 @@ static void check_eos_stop(int via_config_json) {
                                 : copy_model("tiny-qwen3", "generation_config.json", "\"eos_token_id\": 151645", eos, 0);
     if (dir) {
         char idbuf[1024], cmd[4096], *out;
-        join_ids(ids, n, idbuf, sizeof idbuf);
+        fx_join_ids(ids, n, idbuf, sizeof idbuf);
         snprintf(cmd, sizeof cmd, "%s generate --model '%s' --prompt-ids %s --max-tokens 48 --temp 0 --format json",
-                 bin(), dir, idbuf);
-        CHECK_EQ_INT(run(cmd, 0, &out), 0);
+                 fx_bin(), dir, idbuf);
+        CHECK_EQ_INT(fx_run(cmd, 0, &out), 0);
         cJSON *j = out ? cJSON_Parse(out) : NULL;
         REQUIRE(j);
         int32_t *got;
@@ -176,7 +141,7 @@ static void check_eos_stop(int via_config_json) {
         cJSON_Delete(j);
         free(out);
         strcat(cmd, " --ignore-eos");
-        CHECK_EQ_INT(run(cmd, 0, &out), 0);
+        CHECK_EQ_INT(fx_run(cmd, 0, &out), 0);
         j = out ? cJSON_Parse(out) : NULL;
         REQUIRE(j);
         ng = fx_int_array(cJSON_GetObjectItem(j, "tokens"), &got);
@@ -197,28 +162,28 @@ TEST(cli_generate_stops_at_config_json_eos_without_generation_config) { check_eo
 
 TEST(cli_generate_bad_invocations) {
     char cmd[2048], *out;
-    snprintf(cmd, sizeof cmd, "%s generate --model /nonexistent/model --prompt-ids 1,2", bin());
-    CHECK_EQ_INT(run(cmd, 1, &out), 1);
+    snprintf(cmd, sizeof cmd, "%s generate --model /nonexistent/model --prompt-ids 1,2", fx_bin());
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 1);
     CHECK(out && strstr(out, "/nonexistent/model") && strstr(out, "config.json"));
     free(out);
-    snprintf(cmd, sizeof cmd, "%s generate --prompt-ids 1,x,3", bin());
-    CHECK_EQ_INT(run(cmd, 1, &out), 2);
+    snprintf(cmd, sizeof cmd, "%s generate --prompt-ids 1,x,3", fx_bin());
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 2);
     CHECK(out && strstr(out, "--prompt-ids"));
     free(out);
-    snprintf(cmd, sizeof cmd, "%s generate --max-tokens -4 --prompt-ids 1", bin());
-    CHECK_EQ_INT(run(cmd, 1, &out), 2);
+    snprintf(cmd, sizeof cmd, "%s generate --max-tokens -4 --prompt-ids 1", fx_bin());
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 2);
     free(out);
-    snprintf(cmd, sizeof cmd, "%s generate --bogus 1", bin());
-    CHECK_EQ_INT(run(cmd, 1, &out), 2);
+    snprintf(cmd, sizeof cmd, "%s generate --bogus 1", fx_bin());
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 2);
     CHECK(out && strstr(out, "--bogus"));
     free(out);
-    snprintf(cmd, sizeof cmd, "%s nosuchcommand", bin());
-    CHECK_EQ_INT(run(cmd, 1, &out), 2);
+    snprintf(cmd, sizeof cmd, "%s nosuchcommand", fx_bin());
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 2);
     free(out);
     char *dir = gp_test_fixture("models/tiny-qwen3");
     if (dir) {
-        snprintf(cmd, sizeof cmd, "%s generate --model '%s' --prompt-ids 1,999999999 --format json", bin(), dir);
-        CHECK_EQ_INT(run(cmd, 1, &out), 1);
+        snprintf(cmd, sizeof cmd, "%s generate --model '%s' --prompt-ids 1,999999999 --format json", fx_bin(), dir);
+        CHECK_EQ_INT(fx_run(cmd, 1, &out), 1);
         CHECK(out && strstr(out, "999999999") && strstr(out, "vocabulary"));
         free(out);
         free(dir);

@@ -1,43 +1,13 @@
 /* test_cli_tokenize.c — runs "$GENPARITY_BIN tokenize / detokenize" on the fixture tokenizers and checks their
  * output against references/tokenizers.json: every row through --jsonl (with and without --add-special), and a
  * sample of rows through --text and detokenize --ids. */
+#include "fixtures.h"
 #include "test.h"
+#include "util/util.h"
 
 #include <cJSON.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *slurp_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    return b;
-}
-
-/* Runs cmd and returns its whole stdout (malloc'd) and exit status. */
-static char *run(const char *cmd, int *status) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return NULL;
-    size_t cap = 4096, len = 0;
-    char *out = malloc(cap);
-    size_t k;
-    while ((k = fread(out + len, 1, cap - len - 1, p)) > 0) {
-        len += k;
-        if (len + 1 == cap) out = realloc(out, cap *= 2);
-    }
-    out[len] = 0;
-    *status = pclose(p);
-    return out;
-}
 
 /* Shell-quotes s into a malloc'd string. */
 static char *shq(const char *s) {
@@ -53,11 +23,6 @@ static char *shq(const char *s) {
     *o++ = '\'';
     *o = 0;
     return q;
-}
-
-static const char *bin(void) {
-    const char *b = getenv("GENPARITY_BIN");
-    return b && *b ? b : "build/genparity";
 }
 
 static int same_array(const cJSON *a, const cJSON *b) {
@@ -77,7 +42,8 @@ static void check(const char *name) {
         free(dir);
         return;
     }
-    char *reftext = slurp_file(refp);
+    char *reftext = NULL;
+    gp_read_file(refp, 64u << 20, &reftext, NULL);
     cJSON *refs = reftext ? cJSON_Parse(reftext) : NULL;
     free(reftext);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(refs, name);
@@ -96,10 +62,10 @@ static void check(const char *name) {
     char *qdir = shq(dir);
     for (int special = 0; special < 2; special++) {
         char cmd[2048];
-        snprintf(cmd, sizeof cmd, "%s tokenize --model %s %s --jsonl < %s/in.jsonl", bin(), qdir,
+        snprintf(cmd, sizeof cmd, "%s tokenize --model %s %s --jsonl < %s/in.jsonl", fx_bin(), qdir,
                  special ? "--add-special" : "", tmp);
-        int status;
-        char *out = run(cmd, &status);
+        char *out;
+        int status = fx_run(cmd, 0, &out);
         CHECK_EQ_INT(status, 0);
         int row = 0, bad = 0;
         char *save = NULL;
@@ -127,22 +93,21 @@ static void check(const char *name) {
         const char *text = cJSON_GetObjectItemCaseSensitive(r, "text")->valuestring;
         char *qt = shq(text);
         char cmd[8192];
-        snprintf(cmd, sizeof cmd, "%s tokenize --model %s --add-special --text %s", bin(), qdir, qt);
+        snprintf(cmd, sizeof cmd, "%s tokenize --model %s --add-special --text %s", fx_bin(), qdir, qt);
         free(qt);
-        int status;
-        char *out = run(cmd, &status);
+        char *out;
+        fx_run(cmd, 0, &out);
         cJSON *got = out ? cJSON_Parse(out) : NULL;
         CHECK(got && same_array(got, cJSON_GetObjectItemCaseSensitive(r, "ids_with_special")));
         cJSON_Delete(got);
         free(out);
         const cJSON *ids = cJSON_GetObjectItemCaseSensitive(r, "ids");
-        size_t k = snprintf(cmd, sizeof cmd, "%s detokenize --model %s --ids '", bin(), qdir);
+        size_t k = snprintf(cmd, sizeof cmd, "%s detokenize --model %s --ids '", fx_bin(), qdir);
         for (const cJSON *x = ids->child; x && k < sizeof cmd - 32; x = x->next)
             k += (size_t)snprintf(cmd + k, sizeof cmd - k, "%s%d", x == ids->child ? "" : ",", x->valueint);
         snprintf(cmd + k, sizeof cmd - k, "'");
         if (!ids->child) continue; /* --ids '' decodes nothing; covered by the library tests */
-        out = run(cmd, &status);
-        CHECK_EQ_INT(status, 0);
+        CHECK_EQ_INT(fx_run(cmd, 0, &out), 0);
         const char *want = cJSON_GetObjectItemCaseSensitive(r, "decoded")->valuestring;
         size_t wl = strlen(want);
         if (!out || strncmp(out, want, wl) != 0 || strcmp(out + wl, "\n") != 0) {
@@ -164,18 +129,18 @@ TEST(cli_tokenize_qwen3) { check("qwen3"); }
 
 TEST(cli_tokenize_errors) {
     int status;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s tokenize --model /nonexistent-dir --text hi 2>&1", bin());
-    char *out = run(cmd, &status);
+    char cmd[512], *out;
+    snprintf(cmd, sizeof cmd, "%s tokenize --model /nonexistent-dir --text hi", fx_bin());
+    status = fx_run(cmd, 1, &out);
     CHECK(status != 0);
     CHECK(out && strstr(out, "tokenizer.json"));
     free(out);
-    snprintf(cmd, sizeof cmd, "%s detokenize --tokenizer x.json --ids 1,x 2>&1", bin());
-    out = run(cmd, &status);
+    snprintf(cmd, sizeof cmd, "%s detokenize --tokenizer x.json --ids 1,x", fx_bin());
+    status = fx_run(cmd, 1, &out);
     CHECK(status != 0);
     free(out);
-    snprintf(cmd, sizeof cmd, "%s tokenize --text hi 2>&1", bin());
-    out = run(cmd, &status);
+    snprintf(cmd, sizeof cmd, "%s tokenize --text hi", fx_bin());
+    status = fx_run(cmd, 1, &out);
     CHECK(status != 0);
     CHECK(out && strstr(out, "usage"));
     free(out);

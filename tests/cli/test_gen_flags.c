@@ -106,39 +106,6 @@ TEST(cli_gen_flags_reject_bad_values) {
     cli_gen_flags_free();
 }
 
-/* Runs the CLI; returns the parsed JSON object or NULL. */
-static cJSON *run_cli(const char *args) {
-    const char *bin = getenv("GENPARITY_BIN");
-    if (!bin) bin = "build/genparity";
-    size_t n = strlen(bin) + strlen(args) + 16;
-    char *cmd = malloc(n);
-    if (!cmd) return NULL;
-    snprintf(cmd, n, "%s %s", bin, args);
-    FILE *p = popen(cmd, "r");
-    free(cmd);
-    if (!p) return NULL;
-    char *out = NULL;
-    size_t len = 0, cap = 0;
-    char buf[4096];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
-        if (len + got + 1 > cap) {
-            cap = (len + got + 1) * 2;
-            char *q = realloc(out, cap);
-            if (!q) break;
-            out = q;
-        }
-        memcpy(out + len, buf, got);
-        len += got;
-        out[len] = 0;
-    }
-    int rc = pclose(p);
-    cJSON *j = out && rc == 0 ? cJSON_Parse(out) : NULL;
-    if (!j) printf("    CLI exit %d, output: %.300s\n", rc, out ? out : "");
-    free(out);
-    return j;
-}
-
 static void ids_csv(const cJSON *arr, char *buf, size_t cap) {
     buf[0] = 0;
     const cJSON *e;
@@ -170,7 +137,7 @@ TEST(cli_generate_flags_reproduce_transformers) {
     for (int k = 0; k < 2; k++) {
         snprintf(args, sizeof args, "generate --model '%s' --prompt-ids %s --temp 0 --format json %s%s%s%s", dir, ids,
                  cases[k].flags, k == 1 ? " '" : "", k == 1 ? bw : "", k == 1 ? "'" : "");
-        cJSON *out = run_cli(args);
+        cJSON *out = fx_run_json(args);
         CHECK(out != NULL);
         if (!out) continue;
         int32_t *got = NULL, *want = NULL;
@@ -186,7 +153,7 @@ TEST(cli_generate_flags_reproduce_transformers) {
     /* --logprobs N: per-token entries in the JSON */
     snprintf(args, sizeof args, "generate --model '%s' --prompt-ids %s --temp 0 --format json --max-tokens 4 "
              "--logprobs 2", dir, ids);
-    cJSON *out = run_cli(args);
+    cJSON *out = fx_run_json(args);
     CHECK(out != NULL);
     if (out) {
         const cJSON *lp = cJSON_GetObjectItem(out, "logprobs");
