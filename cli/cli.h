@@ -24,6 +24,12 @@ int cli_fail(const char *what);
 /* Parses "1,2,3" into a malloc'd array; returns 0 on success, -1 on a malformed list. */
 int cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
 
+/* Reads a prompt file: one entry per line (a line starting with '"' is a JSON string, so it may hold newlines);
+ * empty lines are skipped.  Returns the count and *lines (free each, then the array with cli_free_lines), or -1
+ * after setting the library error message. */
+int cli_read_lines(const char *path, char ***lines);
+void cli_free_lines(char **lines, int n);
+
 /* Writes s as a JSON string literal (quotes and escapes) to f. */
 #include <stdio.h>
 void cli_json_string(FILE *f, const char *s, size_t len);

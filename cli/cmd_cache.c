@@ -7,13 +7,16 @@
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: genparity cache build --model DIR (--prompt TEXT | --prompt-ids 1,2,3) -o FILE [context flags]\n"
+    fprintf(f, "usage: genparity cache build --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --turns FILE) -o FILE\n"
+               "                             [context flags]\n"
+               "         --turns FILE: one turn per line (JSON string lines may hold newlines); the cache holds the\n"
+               "         turns joined in order, each followed by a newline, encoded as one prompt\n"
                "       genparity cache inspect FILE [--format text|json]\n\n");
     cli_ctx_flags_help(f);
 }
 
 static int build(int argc, char **argv) {
-    const char *model_dir = NULL, *prompt = NULL, *prompt_ids = NULL, *out = NULL;
+    const char *model_dir = NULL, *prompt = NULL, *prompt_ids = NULL, *out = NULL, *turns = NULL;
     gp_ctx_params cp = gp_ctx_default_params();
     for (int i = 1; i < argc; i++) {
         int r = cli_ctx_flag(argc, argv, &i, &cp);
@@ -27,6 +30,7 @@ static int build(int argc, char **argv) {
         if (!strcmp(a, "--model")) model_dir = v;
         else if (!strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
+        else if (!strcmp(a, "--turns")) turns = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
         else {
             fprintf(stderr, "genparity cache build: unknown flag %s\n", a);
@@ -34,19 +38,43 @@ static int build(int argc, char **argv) {
         }
         i++;
     }
-    if (!out || !prompt == !prompt_ids) {
+    if (!out || (prompt != NULL) + (prompt_ids != NULL) + (turns != NULL) != 1) {
         help(stderr);
         return 2;
+    }
+    char *joined = NULL;
+    if (turns) {
+        char **lines;
+        int nl = cli_read_lines(turns, &lines);
+        if (nl <= 0) {
+            if (nl == 0) fprintf(stderr, "genparity cache build: %s holds no turns\n", turns);
+            return nl < 0 ? cli_fail("reading --turns") : 2;
+        }
+        size_t total = 1;
+        for (int i = 0; i < nl; i++) total += strlen(lines[i]) + 1;
+        joined = malloc(total);
+        size_t k = 0;
+        for (int i = 0; i < nl; i++) {
+            size_t l = strlen(lines[i]);
+            memcpy(joined + k, lines[i], l);
+            k += l;
+            joined[k++] = '\n';
+        }
+        joined[k] = 0;
+        cli_free_lines(lines, nl);
+        prompt = joined;
     }
     int32_t *ids = NULL, n = 0;
     if (prompt_ids && (cli_parse_ids(prompt_ids, &ids, &n) || n == 0)) {
         fprintf(stderr, "genparity cache build: --prompt-ids expects comma-separated ids\n");
         free(ids);
+        free(joined);
         return 2;
     }
     gp_model *m = NULL;
     if (gp_model_load(model_dir ? model_dir : cli_default_model(), NULL, &m) != GP_OK) {
         free(ids);
+        free(joined);
         return cli_fail("loading the model");
     }
     int rc = 1;
@@ -81,6 +109,7 @@ done:
     gp_ctx_free(c);
     gp_free(ids);
     gp_model_free(m);
+    free(joined);
     return rc;
 }
 

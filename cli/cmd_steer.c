@@ -23,38 +23,6 @@ static void help(FILE *f) {
                "  --normalize     scale the difference to unit L2 norm\n");
 }
 
-/* Reads prompts from a file: returns count, fills *out (caller frees each and the array). */
-static int read_prompts(const char *path, char ***out) {
-    char *text;
-    if (gp_read_file(path, 64u << 20, &text, NULL) != GP_OK) return -1;
-    int n = 0, cap = 16;
-    char **v = malloc((size_t)cap * sizeof *v);
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        size_t len = strlen(line);
-        if (len && line[len - 1] == '\r') line[--len] = 0;
-        if (!len) continue;
-        char *p = NULL;
-        if (line[0] == '"') {
-            cJSON *j = cJSON_Parse(line);
-            if (cJSON_IsString(j)) p = strdup(j->valuestring);
-            cJSON_Delete(j);
-            if (!p) {
-                gp_set_error(GP_ERR_FORMAT, "%s: line %d is not a JSON string", path, n + 1);
-                for (int i = 0; i < n; i++) free(v[i]);
-                free(v);
-                free(text);
-                return -1;
-            }
-        } else p = strdup(line);
-        if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-        v[n++] = p;
-    }
-    free(text);
-    *out = v;
-    return n;
-}
-
 /* Adds the mean (or last) of layer output over each prompt into acc [E]; returns prompts used or -1. */
 static int accumulate(gp_ctx *c, const gp_model *m, char **prompts, int n, int layer, int last_only, double *acc) {
     const gp_tokenizer *tok = gp_model_tokenizer(m);
@@ -148,7 +116,7 @@ int cmd_steer_vector(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    if ((np = read_prompts(pos_path, &pos)) < 0 || (nn = read_prompts(neg_path, &neg)) < 0) {
+    if ((np = cli_read_lines(pos_path, &pos)) < 0 || (nn = cli_read_lines(neg_path, &neg)) < 0) {
         cli_fail("reading prompts");
         goto done;
     }

@@ -27,32 +27,6 @@ static void help(FILE *f) {
             "  --min-divergence (both in %%).  Sampling: the model's defaults with do_sample on; --temp 0 for greedy.\n");
 }
 
-/* Reads prompts (one per line, or JSON strings). */
-static int read_lines(const char *path, char ***out) {
-    char *text;
-    if (gp_read_file(path, 64u << 20, &text, NULL) != GP_OK) return -1;
-    int n = 0, cap = 16;
-    char **v = malloc((size_t)cap * sizeof *v);
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        size_t len = strlen(line);
-        if (len && line[len - 1] == '\r') line[--len] = 0;
-        if (!len) continue;
-        char *p = NULL;
-        if (line[0] == '"') {
-            cJSON *j = cJSON_Parse(line);
-            if (cJSON_IsString(j)) p = strdup(j->valuestring);
-            cJSON_Delete(j);
-        } else p = strdup(line);
-        if (!p) continue;
-        if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-        v[n++] = p;
-    }
-    free(text);
-    *out = v;
-    return n;
-}
-
 typedef struct variant {
     double alpha;
     int deterministic;   /* every prompt gave identical tokens on both runs */
@@ -175,7 +149,7 @@ int cmd_validate(int argc, char **argv) {
                 gp_model_n_embd(m));
         goto done;
     }
-    if ((np = read_lines(prompts_path, &prompts)) <= 0) {
+    if ((np = cli_read_lines(prompts_path, &prompts)) <= 0) {
         fprintf(stderr, "genparity validate: no prompts in %s\n", prompts_path);
         np = 0;
         goto done;

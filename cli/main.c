@@ -1,5 +1,8 @@
 /* main.c — entry point of the genparity tool: dispatches to a subcommand and holds shared CLI helpers. */
 #include "cli.h"
+#include "util/util.h"
+
+#include <cJSON.h>
 
 #include <errno.h>
 #include <limits.h>
@@ -65,6 +68,46 @@ int cli_parse_ids(const char *s, int32_t **ids, int32_t *n) {
     *ids = v;
     *n = (int32_t)k;
     return 0;
+}
+
+int cli_read_lines(const char *path, char ***lines) {
+    char *text;
+    *lines = NULL;
+    if (gp_read_file(path, 64u << 20, &text, NULL) != GP_OK) return -1;
+    int n = 0, cap = 16;
+    char **v = malloc((size_t)cap * sizeof *v);
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); v && line; line = strtok_r(NULL, "\n", &save)) {
+        size_t len = strlen(line);
+        if (len && line[len - 1] == '\r') line[--len] = 0;
+        if (!len) continue;
+        char *p = NULL;
+        if (line[0] == '"') {
+            cJSON *j = cJSON_Parse(line);
+            if (cJSON_IsString(j)) p = strdup(j->valuestring);
+            cJSON_Delete(j);
+            if (!p) {
+                gp_set_error(GP_ERR_FORMAT, "%s: line %d starts with '\"' but is not a JSON string", path, n + 1);
+                cli_free_lines(v, n);
+                free(text);
+                return -1;
+            }
+        } else p = strdup(line);
+        if (n == cap) {
+            char **w = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+            if (!w) break;
+            v = w;
+        }
+        v[n++] = p;
+    }
+    free(text);
+    *lines = v;
+    return n;
+}
+
+void cli_free_lines(char **lines, int n) {
+    for (int i = 0; i < n; i++) free(lines[i]);
+    free(lines);
 }
 
 void cli_json_string(FILE *f, const char *s, size_t len) {

@@ -233,3 +233,15 @@ TEST(cli_steer_vector_and_validate) {
     cJSON_Delete(ref);
     free(dir);
 }
+
+/* examples/isolated_caches.sh runs end to end on the embedded model: four caches, four answers. */
+TEST(cli_example_isolated_caches) {
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd, "sh examples/isolated_caches.sh %s", fx_bin());
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 0);
+    int caches = 0;
+    for (const char *p = out; p && (p = strstr(p, "== cache '")); p++) caches++;
+    CHECK_EQ_INT(caches, 4);
+    CHECK(out && strstr(out, "bytes of KV cache"));
+    free(out);
+}
