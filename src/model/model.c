@@ -2,6 +2,7 @@
  * tensor the architecture needs (checking name, dtype and shape), loads the tokenizer.  All or nothing: on any
  * error everything is released and the message names the file and the field or tensor. */
 #include "model/model.h"
+#include "sample/sample.h"
 #include "util/util.h"
 
 #include <cJSON.h>
@@ -162,6 +163,10 @@ gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model
     if (s) goto fail;
     progress(params, 0.05f);
     if ((s = read_generation_config(m))) goto fail;
+    m->gen = gp_gen_config_default();
+    m->gen.n_eos = m->n_gen_eos < GP_MAX_EOS ? m->n_gen_eos : GP_MAX_EOS;
+    memcpy(m->gen.eos_ids, m->gen_eos, sizeof m->gen.eos_ids);
+    if (m->gen_config_path && (s = gp_gen_config_apply_json(&m->gen, m->gen_config_path))) goto fail;
     if ((s = gp_st_open_dir(dir, &m->st))) goto fail;
     progress(params, 0.3f);
 
@@ -200,6 +205,7 @@ fail:
 
 void gp_model_free(gp_model *m) {
     if (!m) return;
+    gp_gen_config_free_owned(&m->gen);
     gp_tokenizer_free(m->tok);
     gp_st_close(m->st);
     gp_config_free(&m->cfg);

@@ -44,6 +44,7 @@ struct gp_model {
     int32_t gen_eos[GP_MAX_EOS]; /* EOS ids: generation_config.json, else config.json */
     int32_t n_gen_eos;
     int32_t gen_bos;
+    gp_gen_config gen;      /* transformers' defaults < generation_config.json (owns its arrays, gen._owned) */
     const gp_backend *be;
     pthread_mutex_t fp_lock; /* guards the lazily computed fingerprint */
     uint64_t fingerprint;    /* hash of config.json + every tensor (0 = not computed yet) */

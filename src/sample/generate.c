@@ -6,20 +6,9 @@
 #include "util/util.h"
 
 gp_gen_config gp_model_gen_config(const gp_model *m) {
-    gp_gen_config g = gp_gen_config_default();
-    if (!m) return g;
-    int32_t n = gp_model_eos_ids(m, g.eos_ids, GP_MAX_EOS);
-    g.n_eos = n > GP_MAX_EOS ? GP_MAX_EOS : n;
-    if (m->gen_config_path) {
-        /* TODO(model loader): parse once at load into the model (gp_gen_config_apply_json, errors reported there),
-         * free with gp_gen_config_free_owned at gp_model_free, and return a copy here so that list-valued fields
-         * (bad_words_ids, suppress_tokens, stop_strings, ...) are kept.  Until then only the scalar knobs apply. */
-        gp_gen_config t = g;
-        if (gp_gen_config_apply_json(&t, m->gen_config_path) == GP_OK) {
-            gp_gen_config_free_owned(&t);
-            g = t;
-        }
-    }
+    if (!m) return gp_gen_config_default();
+    gp_gen_config g = m->gen; /* parsed once at load; the arrays stay owned by the model */
+    g._owned = NULL;
     return g;
 }
 
