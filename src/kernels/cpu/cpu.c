@@ -2,6 +2,7 @@
  * Each output element is computed by exactly one thread in a fixed order, so results depend neither on the thread
  * count nor on how a prompt is chunked. */
 #include "kernels/backend.h"
+#include "kernels/cpu/simd.h"
 
 #include <math.h>
 #include <omp.h>
@@ -36,54 +37,32 @@ static inline float wt_at(const gp_wt *w, int64_t i) {
     }
 }
 
-/* The one dot product every matmul and attention uses: 16 partial sums over the stored dtype converted to float32,
- * reduced in a fixed tree.  LOAD(i) yields element i of the weight row as float32. */
-#define DEFINE_DOT(NAME, TYPE, LOAD)                                                                                  \
-    static float NAME(const TYPE *a, const float *b, int64_t n) {                                                     \
-        float acc[16] = {0};                                                                                          \
-        int64_t i = 0;                                                                                                \
-        for (; i + 16 <= n; i += 16)                                                                                  \
-            for (int j = 0; j < 16; j++) acc[j] += LOAD(a, i + j) * b[i + j];                                         \
-        for (int j = 0; i < n; i++, j++) acc[j] += LOAD(a, i) * b[i];                                                 \
-        for (int w = 8; w >= 1; w /= 2)                                                                               \
-            for (int j = 0; j < w; j++) acc[j] += acc[j + w];                                                         \
-        return acc[0];                                                                                                \
-    }
-#define LOAD_F32(a, i) ((a)[i])
-#define LOAD_BF16(a, i) gp_bf16_to_f32((a)[i])
-#define LOAD_F16(a, i) gp_f16_to_f32((a)[i])
-DEFINE_DOT(dot_f32, float, LOAD_F32)
-DEFINE_DOT(dot_bf16, uint16_t, LOAD_BF16)
-DEFINE_DOT(dot_f16, uint16_t, LOAD_F16)
-
-/* W row r · x [W.cols] */
-static inline float dot_row(const gp_wt *w, int64_t r, const float *x) {
-    int64_t k = w->cols;
-    switch (w->dtype) {
-    case GP_DTYPE_F32: return dot_f32((const float *)w->data + r * k, x, k);
-    case GP_DTYPE_BF16: return dot_bf16((const uint16_t *)w->data + r * k, x, k);
-    case GP_DTYPE_F16: return dot_f16((const uint16_t *)w->data + r * k, x, k);
-    default: return 0.0f; /* loader admits only the three above */
-    }
-}
-
-#define ROW_BLOCK 16
-
-/* y [n, d] = x [n, k] @ W[d, k]^T + b */
+/* y [n, d] = x [n, k] @ W[d, k]^T + b.  Each thread takes one contiguous range of rows (so it streams its part of
+ * the weights once): one token goes through the matrix-vector kernel, several through the blocked matrix-matrix
+ * kernel; both compute every element as the same dot product (simd.h), so neither the thread count nor the number
+ * of tokens changes a bit.  The bias is added after the dot product, as in every path. */
 static void cpu_matmul(float *y, const float *x, const gp_wt *w, const gp_wt *bias, int32_t n) {
-    const int64_t d = w->rows, k = w->cols;
-    const int64_t nblocks = (d + ROW_BLOCK - 1) / ROW_BLOCK;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblocks; b++) {
-        for (int64_t r = b * ROW_BLOCK; r < d && r < (b + 1) * ROW_BLOCK; r++) {
-            float bv = bias && bias->data ? wt_at(bias, r) : 0.0f;
-            for (int32_t t = 0; t < n; t++) y[(int64_t)t * d + r] = dot_row(w, r, x + (int64_t)t * k) + bv;
+    const gp_simd_kernels *K = gp_cpu_kernels();
+    const int64_t d = w->rows;
+#pragma omp parallel
+    {
+        const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int64_t per = (d + nt - 1) / nt;
+        per = (per + 15) & ~(int64_t)15;
+        const int64_t r0 = id * per < d ? id * per : d, r1 = r0 + per < d ? r0 + per : d;
+        if (r0 < r1) {
+            if (n == 1) K->matvec(y, w, r0, r1, x);
+            else K->gemm(y, d, w, r0, r1, x, n);
+            if (bias && bias->data)
+                for (int32_t t = 0; t < n; t++)
+                    for (int64_t r = r0; r < r1; r++) y[(int64_t)t * d + r] += wt_at(bias, r);
         }
     }
 }
 
 /* y [n, d] = x * rsqrt(mean(x^2) + eps) * (w | 1 + w) */
 static void cpu_rmsnorm(float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps, int plus_one) {
+#pragma omp parallel for schedule(static) if (n > 1)
     for (int32_t t = 0; t < n; t++) {
         const float *xt = x + (int64_t)t * d;
         float *yt = y + (int64_t)t * d;
@@ -100,6 +79,7 @@ static void cpu_rmsnorm(float *y, const float *x, const gp_wt *w, int32_t n, int
 /* x [n, heads, hd]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) over the two halves */
 static void cpu_rope(float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos0, const float *inv_freq) {
     int32_t half = hd / 2;
+#pragma omp parallel for schedule(static) if (n > 1)
     for (int32_t t = 0; t < n; t++) {
         float c[half > 0 ? half : 1], s[half > 0 ? half : 1];
         float p = (float)(pos0 + t);
@@ -119,61 +99,57 @@ static void cpu_rope(float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos
     }
 }
 
-/* Visits the keys query position p sees, in increasing position order: [0, keep) then [max(keep, lo), p]. */
+/* Key or value row of cached position j < pos0 for kv head kvh: a pointer into the float cache, or dequantized into
+ * tmp [hd] for quantized rows. */
+static inline const float *cached_row(const gp_attn_args *a, const gp_kv_view *v, int32_t j, int32_t kvh, float *tmp) {
+    const int32_t hd = a->head_dim;
+    const int32_t slot = j < a->keep ? j : a->keep + (j - a->keep) % (a->cap - a->keep);
+    if (j < v->q_start) return v->f + (int64_t)slot * v->kvd + (int64_t)kvh * hd;
+    gp_kv_read(v, slot, j, kvh * hd, hd, tmp);
+    return tmp;
+}
+
+/* out [n, n_heads, hd] = softmax(q k^T * scale [soft-capped]) v over the visible keys (causal, sliding window,
+ * pinned positions).  Keys of query position p, in increasing position order: [0, keep) then [max(keep, lo), p].
+ * One work item is (token, kv head): its query heads run one after the other on one thread, so the keys and values
+ * of that kv head are read from memory once per token and from cache for the other heads of the group.  Each
+ * (token, head) is computed in one fixed order: scores by the shared dot product, exp and sum by exp_sum, then
+ * the values accumulated key by key. */
 static void cpu_attention(const gp_attn_args *a) {
+    const gp_simd_kernels *K = gp_cpu_kernels();
     const int32_t hd = a->head_dim, group = a->n_heads / a->n_kv;
     const int64_t kv_stride = (int64_t)a->n_kv * hd;
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t th = 0; th < (int64_t)a->n * a->n_heads; th++) {
-        int32_t t = (int32_t)(th / a->n_heads), h = (int32_t)(th % a->n_heads), kvh = h / group;
-        int32_t p = a->pos0 + t;
-        int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        int32_t pin = lo > a->keep ? a->keep : lo; /* positions [0, pin) are pinned and visible */
+    for (int64_t tk = 0; tk < (int64_t)a->n * a->n_kv; tk++) {
+        const int32_t t = (int32_t)(tk / a->n_kv), kvh = (int32_t)(tk % a->n_kv);
+        const int32_t p = a->pos0 + t;
+        const int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        const int32_t pin = lo > a->keep ? a->keep : lo; /* positions [0, pin) are pinned and visible */
         float *sc = a->scratch + (int64_t)omp_get_thread_num() * a->scratch_stride;
         float *tmp = sc + (a->scratch_stride - 2 * hd);
-        const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
-        float mx = -INFINITY;
-        int32_t cnt = 0;
-        for (int32_t j = 0; j <= p; j++) {
-            if (j == pin) j = lo;
-            const float *k;
-            if (j >= a->pos0) k = a->k_new + (int64_t)(j - a->pos0) * kv_stride + (int64_t)kvh * hd;
-            else {
-                int32_t slot = j < a->keep ? j : a->keep + (j - a->keep) % (a->cap - a->keep);
-                if (j < a->kc->q_start) k = a->kc->f + (int64_t)slot * kv_stride + (int64_t)kvh * hd;
-                else {
-                    gp_kv_read(a->kc, slot, j, kvh * hd, hd, tmp);
-                    k = tmp;
-                }
+        for (int32_t h = kvh * group; h < (kvh + 1) * group; h++) {
+            const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
+            float mx = -INFINITY;
+            int32_t cnt = 0;
+            for (int32_t j = 0; j <= p; j++) {
+                if (j == pin) j = lo;
+                const float *k = j >= a->pos0 ? a->k_new + (int64_t)(j - a->pos0) * kv_stride + (int64_t)kvh * hd
+                                              : cached_row(a, a->kc, j, kvh, tmp);
+                float s = K->dot(q, k, hd) * a->scale;
+                if (a->softcap > 0) s = tanhf(s / a->softcap) * a->softcap;
+                sc[cnt++] = s;
+                if (s > mx) mx = s;
             }
-            float s = dot_f32(q, k, hd) * a->scale;
-            if (a->softcap > 0) s = tanhf(s / a->softcap) * a->softcap;
-            sc[cnt++] = s;
-            if (s > mx) mx = s;
-        }
-        float sum = 0.0f;
-        for (int32_t i = 0; i < cnt; i++) {
-            float e = expf(sc[i] - mx);
-            sc[i] = e;
-            sum += e;
-        }
-        float *o = a->out + ((int64_t)t * a->n_heads + h) * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        cnt = 0;
-        for (int32_t j = 0; j <= p; j++) {
-            if (j == pin) j = lo;
-            const float *v;
-            if (j >= a->pos0) v = a->v_new + (int64_t)(j - a->pos0) * kv_stride + (int64_t)kvh * hd;
-            else {
-                int32_t slot = j < a->keep ? j : a->keep + (j - a->keep) % (a->cap - a->keep);
-                if (j < a->vc->q_start) v = a->vc->f + (int64_t)slot * kv_stride + (int64_t)kvh * hd;
-                else {
-                    gp_kv_read(a->vc, slot, j, kvh * hd, hd, tmp + hd);
-                    v = tmp + hd;
-                }
+            const float sum = K->exp_sum(sc, cnt, mx);
+            float *o = a->out + ((int64_t)t * a->n_heads + h) * hd;
+            memset(o, 0, (size_t)hd * sizeof(float));
+            cnt = 0;
+            for (int32_t j = 0; j <= p; j++) {
+                if (j == pin) j = lo;
+                const float *v = j >= a->pos0 ? a->v_new + (int64_t)(j - a->pos0) * kv_stride + (int64_t)kvh * hd
+                                              : cached_row(a, a->vc, j, kvh, tmp + hd);
+                K->axpy(o, sc[cnt++] / sum, v, hd);
             }
-            float w = sc[cnt++] / sum;
-            for (int32_t i = 0; i < hd; i++) o[i] += w * v[i];
         }
     }
 }
@@ -188,6 +164,17 @@ static void cpu_embed(float *y, const int32_t *ids, int32_t n, const gp_wt *tabl
 }
 
 static void cpu_glu(float *gate, const float *up, int64_t n, gp_act act) {
+    if (act == GP_ACT_SILU) { /* element-wise: any split over threads gives the same bits */
+        const gp_simd_kernels *K = gp_cpu_kernels();
+#pragma omp parallel
+        {
+            const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+            const int64_t per = ((n + nt - 1) / nt + 15) & ~(int64_t)15;
+            const int64_t i0 = id * per < n ? id * per : n, i1 = i0 + per < n ? i0 + per : n;
+            if (i0 < i1) K->silu_mul(gate + i0, up + i0, i1 - i0);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float x = gate[i], g;
