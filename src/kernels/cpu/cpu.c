@@ -37,32 +37,33 @@ static inline float wt_at(const gp_wt *w, int64_t i) {
     }
 }
 
-/* y [n, d] = x [n, k] @ W[d, k]^T + b.  Each thread takes one contiguous range of rows (so it streams its part of
- * the weights once): one token goes through the matrix-vector kernel, several through the blocked matrix-matrix
- * kernel; both compute every element as the same dot product (simd.h), so neither the thread count nor the number
- * of tokens changes a bit.  The bias is added after the dot product, as in every path. */
+/* y [n, d] = x [n, k] @ W[d, k]^T + b.  The rows are cut into contiguous chunks handed out dynamically (a thread
+ * that the OS runs late does less of the work instead of holding everyone up); one token goes through the
+ * matrix-vector kernel, several through the blocked matrix-matrix kernel.  Both compute every element as the same
+ * dot product (simd.h), so neither the thread count, the chunking nor the number of tokens changes a bit.  The bias
+ * is added after the dot product, as in every path. */
 static void cpu_matmul(float *y, const float *x, const gp_wt *w, const gp_wt *bias, int32_t n) {
     const gp_simd_kernels *K = gp_cpu_kernels();
     const int64_t d = w->rows;
-#pragma omp parallel
-    {
-        const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-        int64_t per = (d + nt - 1) / nt;
-        per = (per + 15) & ~(int64_t)15;
-        const int64_t r0 = id * per < d ? id * per : d, r1 = r0 + per < d ? r0 + per : d;
-        if (r0 < r1) {
-            if (n == 1) K->matvec(y, w, r0, r1, x);
-            else K->gemm(y, d, w, r0, r1, x, n);
-            if (bias && bias->data)
-                for (int32_t t = 0; t < n; t++)
-                    for (int64_t r = r0; r < r1; r++) y[(int64_t)t * d + r] += wt_at(bias, r);
-        }
+    const int64_t nt = omp_get_max_threads();
+    /* decode: 64-row chunks (a few hundred KB of weights each); prefill: about 4 chunks per thread, whole tiles */
+    int64_t chunk = n == 1 ? 64 : (d + 4 * nt - 1) / (4 * nt);
+    if (n > 1) chunk = chunk < 96 ? 96 : (chunk + 47) / 48 * 48;
+    const int64_t nc = (d + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) if (nc > 1)
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t r0 = c * chunk, r1 = r0 + chunk < d ? r0 + chunk : d;
+        if (n == 1) K->matvec(y, w, r0, r1, x);
+        else K->gemm(y, d, w, r0, r1, x, n);
+        if (bias && bias->data)
+            for (int32_t t = 0; t < n; t++)
+                for (int64_t r = r0; r < r1; r++) y[(int64_t)t * d + r] += wt_at(bias, r);
     }
 }
 
 /* y [n, d] = x * rsqrt(mean(x^2) + eps) * (w | 1 + w) */
 static void cpu_rmsnorm(float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps, int plus_one) {
-#pragma omp parallel for schedule(static) if (n > 1)
+#pragma omp parallel for schedule(static) if ((int64_t)n * d >= 16384)
     for (int32_t t = 0; t < n; t++) {
         const float *xt = x + (int64_t)t * d;
         float *yt = y + (int64_t)t * d;

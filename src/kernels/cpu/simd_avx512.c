@@ -116,35 +116,23 @@ static float dot(const float *a, const float *b, int64_t n) {
     return y;
 }
 
-/* Converts rows [r, r + nr) of w to float32 into buf [nr, K]. */
-static void rows_to_f32(const gp_wt *w, int64_t r, int nr, float *buf) {
-    const int64_t K = w->cols, n = (int64_t)nr * K;
-    const int64_t nf = n & ~(int64_t)15;
-    const __mmask16 m = (__mmask16)((1u << (n & 15)) - 1u);
-    if (w->dtype == GP_DTYPE_BF16) {
-        const uint16_t *s = (const uint16_t *)w->data + r * K;
-        for (int64_t i = 0; i < nf; i += 16) _mm512_storeu_ps(buf + i, ld_bf16(s + i));
-        if (m) _mm512_mask_storeu_ps(buf + nf, m, ldm_bf16(s + nf, m));
-    } else {
-        const uint16_t *s = (const uint16_t *)w->data + r * K;
-        for (int64_t i = 0; i < nf; i += 16) _mm512_storeu_ps(buf + i, ld_f16(s + i));
-        if (m) _mm512_mask_storeu_ps(buf + nf, m, ldm_f16(s + nf, m));
-    }
-}
-
 #define MR 6 /* rows per register tile */
 #define NR 4 /* tokens per register tile */
 
-/* The register tile: y[t*ldy + i] = w_i · x_t for MR rows (w [MR] row pointers into float32) × NR tokens
- * (x rows ldx apart), each as the one 16-lane dot product: 24 accumulators, k in steps of 16, same order as matvec. */
-static void tile_6x4(float *y, int64_t ldy, const float *const *w, const float *x, int64_t ldx, int64_t K) {
-    const int64_t kf = K & ~(int64_t)15;
-    const __mmask16 m = (__mmask16)((1u << (K & 15)) - 1u);
+/* The register tile over one block of k: for MR rows (w [MR] float32 row pointers, already at the block's start)
+ * × NR tokens (x at the block's start, rows ldx apart), 24 accumulators of the 16-lane dot product, k in steps of 16.
+ * Blocks start at multiples of 16, so lane j still takes exactly the elements k ≡ j mod 16 in increasing k: the
+ * same order as matvec.  first: start from zero, else from the partial sums P [MR*NR vectors]; last: reduce by the
+ * fixed tree into y[t*ldy + i], else store the partial sums back to P.  Only the last block may have a tail. */
+static void tile_6x4(float *y, int64_t ldy, const float *const *w, const float *x, int64_t ldx, int64_t kl,
+                     __m512 *P, int first, int last) {
+    const int64_t kf = kl & ~(int64_t)15;
+    const __mmask16 m = (__mmask16)((1u << (kl & 15)) - 1u);
     __m512 c[MR][NR];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) c[i][j] = _mm512_setzero_ps();
+        for (int j = 0; j < NR; j++) c[i][j] = first ? _mm512_setzero_ps() : P[i * NR + j];
     const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
     for (int64_t k = 0; k < kf; k += 16) {
         __m512 b0 = _mm512_loadu_ps(x0 + k), b1 = _mm512_loadu_ps(x1 + k);
@@ -170,46 +158,94 @@ static void tile_6x4(float *y, int64_t ldy, const float *const *w, const float *
             c[i][3] = _mm512_mask3_fmadd_ps(a, b3, c[i][3], m);
         }
     }
+    if (last) {
 #pragma GCC unroll 6
-    for (int i = 0; i < MR; i++)
+        for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) y[j * ldy + i] = reduce16(c[i][j]);
+            for (int j = 0; j < NR; j++) y[j * ldy + i] = reduce16(c[i][j]);
+    } else {
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) P[i * NR + j] = c[i][j];
+    }
 }
 
-/* y[t*ldy + r] = W[r] · x[t], r in [r0, r1), t in [0, n).  Cache blocking: a block of tokens whose activations fit
- * in about half the L2 is swept by tiles of MR weight rows converted to float32 once per block (in a thread-local
- * buffer), each tile computing MR×NR outputs in registers; edges fall back to the same dot product. */
+/* Converts columns [k0, k0 + kl) of rows [r, r + MR) of a bf16/f16 w to float32 into buf [MR, ld]. */
+static void tile_to_f32(const gp_wt *w, int64_t r, int64_t k0, int64_t kl, int64_t ld, float *buf) {
+    const int64_t K = w->cols, kf = kl & ~(int64_t)15;
+    const __mmask16 m = (__mmask16)((1u << (kl & 15)) - 1u);
+    for (int i = 0; i < MR; i++) {
+        const uint16_t *s = (const uint16_t *)w->data + (r + i) * K + k0;
+        float *d = buf + (int64_t)i * ld;
+        if (w->dtype == GP_DTYPE_BF16) {
+            for (int64_t k = 0; k < kf; k += 16) _mm512_storeu_ps(d + k, ld_bf16(s + k));
+            if (m) _mm512_mask_storeu_ps(d + kf, m, ldm_bf16(s + kf, m));
+        } else {
+            for (int64_t k = 0; k < kf; k += 16) _mm512_storeu_ps(d + k, ld_f16(s + k));
+            if (m) _mm512_mask_storeu_ps(d + kf, m, ldm_f16(s + kf, m));
+        }
+    }
+}
+
+#define KB 1024 /* k-block (elements) when K > KB: the weight tile rows of one block stay in L1 */
+#define RB 8    /* row tiles per row block (their partial sums stay in L2 across k-blocks) */
+#define PAD 16  /* floats of padding per packed row, so rows 4 KiB apart do not share cache sets */
+
+/* y[t*ldy + r] = W[r] · x[t], r in [r0, r1), t in [0, n).  Blocked for the caches: each block of tokens is copied
+ * with a padded row stride (so rows a power of two apart do not fight for cache sets); then per row block and
+ * k-block, each tile of MR weight rows is converted to float32 once into a padded buffer (L1) and computes MR×NR
+ * outputs in registers, carrying 16-lane partial sums across k-blocks.  Rows and tokens left over at the edges go through matvec (same bits). */
 static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
     const int64_t K = w->cols;
-    int64_t tb = (512 * 1024) / (K * (int64_t)sizeof(float));
-    tb = tb < NR ? NR : tb > 256 ? 256 : tb - tb % NR;
-    float *buf = NULL;
-    if (w->dtype != GP_DTYPE_F32) {
-        buf = aligned_alloc(64, (((size_t)MR * (size_t)K * sizeof(float)) + 63) & ~(size_t)63);
-        if (!buf) { /* no memory for the tile buffer: the same products, row by row */
+    const int64_t kb = K <= KB ? K : KB, nk = (K + kb - 1) / kb, ld = K + PAD, lw = kb + PAD;
+    int64_t tb = (512 * 1024) / (lw * (int64_t)sizeof(float));
+    tb = nk > 1 ? 64 : tb < NR ? NR : tb > 256 ? 256 : tb - tb % NR;
+    const int64_t rfull = r0 + (r1 - r0) / MR * MR, nfull = (int64_t)n / NR * NR;
+    float *buf = NULL, *xp = NULL;
+    __m512 *P = NULL;
+    if (rfull > r0 && nfull > 0) {
+        buf = aligned_alloc(64, (size_t)MR * (size_t)lw * sizeof(float));
+        xp = aligned_alloc(64, (size_t)tb * (size_t)ld * sizeof(float));
+        if (nk > 1) P = aligned_alloc(64, sizeof(__m512) * MR * NR * RB * (size_t)(tb / NR));
+        if (!buf || !xp || (nk > 1 && !P)) { /* no memory for the buffers: the same products, token by token */
+            free(buf);
+            free(xp);
+            free(P);
             for (int32_t t = 0; t < n; t++) matvec(y + t * ldy, w, r0, r1, x + (int64_t)t * K);
             return;
         }
     }
-    for (int64_t t0 = 0; t0 < n; t0 += tb) {
-        const int64_t t1 = t0 + tb < n ? t0 + tb : n;
-        for (int64_t r = r0; r < r1; r += MR) {
-            const int nr = r1 - r < MR ? (int)(r1 - r) : MR;
-            const float *rows[MR];
-            if (buf) {
-                rows_to_f32(w, r, nr, buf);
-                for (int i = 0; i < nr; i++) rows[i] = buf + (int64_t)i * K;
-            } else {
-                for (int i = 0; i < nr; i++) rows[i] = (const float *)w->data + (r + i) * K;
+    for (int64_t t0 = 0; t0 < nfull; t0 += tb) {
+        const int64_t t1 = t0 + tb < nfull ? t0 + tb : nfull;
+        for (int64_t t = t0; t < t1; t++) memcpy(xp + (t - t0) * ld, x + t * K, (size_t)K * sizeof(float));
+        for (int64_t rb = r0; rb < rfull; rb += (int64_t)RB * MR) {
+            const int64_t rbe = rb + (int64_t)RB * MR < rfull ? rb + (int64_t)RB * MR : rfull;
+            for (int64_t kbi = 0; kbi < nk; kbi++) {
+                const int64_t k0 = kbi * kb, kl = K - k0 < kb ? K - k0 : kb;
+                for (int64_t r = rb; r < rbe; r += MR) {
+                    const float *rows[MR];
+                    if (w->dtype == GP_DTYPE_F32) {
+                        for (int i = 0; i < MR; i++) rows[i] = (const float *)w->data + (r + i) * K + k0;
+                    } else {
+                        tile_to_f32(w, r, k0, kl, lw, buf);
+                        for (int i = 0; i < MR; i++) rows[i] = buf + (int64_t)i * lw;
+                    }
+                    __m512 *Pr = P ? P + (size_t)((r - rb) / MR) * (size_t)(tb / NR) * MR * NR : NULL;
+                    for (int64_t t = t0; t < t1; t += NR)
+                        tile_6x4(y + t * ldy + r, ldy, rows, xp + (t - t0) * ld + k0, ld, kl,
+                                 Pr ? Pr + (size_t)((t - t0) / NR) * MR * NR : NULL, kbi == 0, kbi == nk - 1);
+                }
             }
-            int64_t t = t0;
-            if (nr == MR)
-                for (; t + NR <= t1; t += NR) tile_6x4(y + t * ldy + r, ldy, rows, x + t * K, K, K);
-            for (; t < t1; t++)
-                for (int i = 0; i < nr; i++) matvec_f32(y + t * ldy + r + i, rows[i], K, 0, 1, x + t * K);
         }
     }
     free(buf);
+    free(xp);
+    free(P);
+    /* edges: rows past the last full tile for every token, tokens past the last full tile for every row */
+    if (rfull < r1)
+        for (int64_t t = 0; t < nfull; t++) matvec(y + t * ldy, w, rfull, r1, x + t * K);
+    for (int64_t t = nfull; t < n; t++) matvec(y + t * ldy, w, r0, r1, x + t * K);
 }
 
 /* s[j] = exp(s[j] - mx); returns their sum over 16 lanes reduced by the fixed tree */
