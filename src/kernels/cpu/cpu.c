@@ -46,8 +46,8 @@ static void cpu_matmul(float *y, const float *x, const gp_wt *w, const gp_wt *bi
     const gp_simd_kernels *K = gp_cpu_kernels();
     const int64_t d = w->rows;
     const int64_t nt = omp_get_max_threads();
-    /* decode: 64-row chunks (a few hundred KB of weights each); prefill: about 4 chunks per thread, whole tiles */
-    int64_t chunk = n == 1 ? 64 : (d + 4 * nt - 1) / (4 * nt);
+    /* decode: 128-row chunks (a few hundred KB of weights each); prefill: about 4 chunks per thread, whole tiles */
+    int64_t chunk = n == 1 ? 128 : (d + 4 * nt - 1) / (4 * nt);
     if (n > 1) chunk = chunk < 96 ? 96 : (chunk + 47) / 48 * 48;
     const int64_t nc = (d + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic, 1) if (nc > 1)

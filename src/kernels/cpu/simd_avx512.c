@@ -68,7 +68,14 @@ static inline __m512 exp16(__m512 x) {
         for (; r + 4 <= r1; r += 4) {                                                                                 \
             const TYPE *w0 = W + r * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;                                     \
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                               \
+            /* prefetch the next 4 rows, spread over this block's steps (rows are one page each: the hardware     \
+             * prefetcher alone restarts at every row) */                                                           \
+            const char *nx = (const char *)(w3 + K);                                                                  \
+            const int pf = r + 8 <= r1;                                                                               \
             for (int64_t k = 0; k < kf; k += 16) {                                                                    \
+                if (pf)                                                                                               \
+                    for (int o = 0; o < 64 * (int)sizeof(TYPE); o += 64)                                              \
+                        _mm_prefetch(nx + k * 4 * (int64_t)sizeof(TYPE) + o, _MM_HINT_T0);                            \
                 __m512 xv = _mm512_loadu_ps(x + k);                                                                   \
                 a0 = _mm512_fmadd_ps(LD(w0 + k), xv, a0);                                                             \
                 a1 = _mm512_fmadd_ps(LD(w1 + k), xv, a1);                                                             \
