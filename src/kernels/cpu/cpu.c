@@ -159,9 +159,32 @@ static inline const float *cached_row(const gp_attn_args *a, const gp_kv_view *v
     return tmp;
 }
 
+/* The longest run of positions j.. end-1 whose rows (of view v, or of the chunk's new rows xn) lie evenly spaced
+ * n_kv*head_dim floats apart: new rows, or float cache rows until the pinned part ends or the ring wraps; a
+ * quantized row is a run of one, dequantized into tmp.  Returns the run's length and its first row in *row. */
+static int32_t kv_run(const gp_attn_args *a, const gp_kv_view *v, const float *xn, int32_t j, int32_t end,
+                      int32_t kvh, float *tmp, const float **row) {
+    const int32_t hd = a->head_dim;
+    if (j >= a->pos0) {
+        *row = xn + (int64_t)(j - a->pos0) * v->kvd + (int64_t)kvh * hd;
+        return end - j;
+    }
+    *row = cached_row(a, v, j, kvh, tmp);
+    if (j >= v->q_start) return 1;
+    int32_t e = end < a->pos0 ? end : a->pos0;
+    e = e < v->q_start ? e : v->q_start;
+    if (j < a->keep) e = e < a->keep ? e : a->keep;
+    else {
+        const int32_t slot = a->keep + (j - a->keep) % (a->cap - a->keep);
+        e = e < j + (a->cap - slot) ? e : j + (a->cap - slot);
+    }
+    return e - j;
+}
+
 /* Item (token, kv head) of attention: the group's query heads one after the other on one thread, so the keys and
  * values of that kv head are read from memory once per token and from cache for the other heads of the group.
- * Keys of query position p, in increasing position order: [0, keep) then [max(keep, lo), p]. */
+ * Keys of query position p, in increasing position order: [0, keep) then [max(keep, lo), p], taken in runs of
+ * evenly spaced rows by the score and value kernels (the same bits as one dot / axpy per key). */
 static void attn_item(void *arg, int64_t tk, int thread) {
     const gp_attn_args *a = ((const attn_job *)arg)->a;
     const gp_simd_kernels *K = ((const attn_job *)arg)->K;
@@ -171,31 +194,33 @@ static void attn_item(void *arg, int64_t tk, int thread) {
     const int32_t p = a->pos0 + t;
     const int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
     const int32_t pin = lo > a->keep ? a->keep : lo; /* positions [0, pin) are pinned and visible */
+    const int32_t rb[2] = {0, lo}, re[2] = {pin, p + 1}; /* the two ranges of visible positions */
     float *sc = a->scratch + (int64_t)thread * a->scratch_stride;
     float *tmp = sc + (a->scratch_stride - 2 * hd);
     for (int32_t h = kvh * group; h < (kvh + 1) * group; h++) {
-        const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
-        float mx = -INFINITY;
+        const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd, *row;
         int32_t cnt = 0;
-        for (int32_t j = 0; j <= p; j++) {
-            if (j == pin) j = lo;
-            const float *k = j >= a->pos0 ? a->k_new + (int64_t)(j - a->pos0) * kv_stride + (int64_t)kvh * hd
-                                          : cached_row(a, a->kc, j, kvh, tmp);
-            float s = K->dot(q, k, hd) * a->scale;
+        for (int g = 0; g < 2; g++)
+            for (int32_t j = rb[g], c; j < re[g]; j += c, cnt += c) {
+                c = kv_run(a, a->kc, a->k_new, j, re[g], kvh, tmp, &row);
+                K->scores(sc + cnt, q, row, kv_stride, c, hd);
+            }
+        float mx = -INFINITY;
+        for (int32_t i = 0; i < cnt; i++) {
+            float s = sc[i] * a->scale;
             if (a->softcap > 0) s = tanhf(s / a->softcap) * a->softcap;
-            sc[cnt++] = s;
+            sc[i] = s;
             if (s > mx) mx = s;
         }
         const float sum = K->exp_sum(sc, cnt, mx);
         float *o = a->out + ((int64_t)t * a->n_heads + h) * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
         cnt = 0;
-        for (int32_t j = 0; j <= p; j++) {
-            if (j == pin) j = lo;
-            const float *v = j >= a->pos0 ? a->v_new + (int64_t)(j - a->pos0) * kv_stride + (int64_t)kvh * hd
-                                          : cached_row(a, a->vc, j, kvh, tmp + hd);
-            K->axpy(o, sc[cnt++] / sum, v, hd);
-        }
+        for (int g = 0; g < 2; g++)
+            for (int32_t j = rb[g], c; j < re[g]; j += c, cnt += c) {
+                c = kv_run(a, a->vc, a->v_new, j, re[g], kvh, tmp + hd, &row);
+                K->pv(o, sc + cnt, sum, row, kv_stride, c, hd);
+            }
     }
 }
 

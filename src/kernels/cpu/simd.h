@@ -27,6 +27,11 @@ typedef struct gp_simd_kernels {
     float (*exp_sum)(float *s, int64_t n, float mx);
     /* o [n] += a * v [n] */
     void (*axpy)(float *o, float a, const float *v, int64_t n);
+    /* s[j] = q [hd] · k_j [hd], k_j = k + j*stride, j in [0, count): the same bits as dot(q, k_j, hd) */
+    void (*scores)(float *s, const float *q, const float *k, int64_t stride, int64_t count, int64_t hd);
+    /* for j in [0, count) in order: o [hd] += (p[j] / sum) * v_j [hd], v_j = v + j*stride: the same bits as
+     * axpy(o, p[j] / sum, v_j, hd) called key by key */
+    void (*pv)(float *o, const float *p, float sum, const float *v, int64_t stride, int64_t count, int64_t hd);
     /* g [n] = silu(g) * u [n] */
     void (*silu_mul)(float *g, const float *u, int64_t n);
 } gp_simd_kernels;

@@ -189,6 +189,17 @@ static void axpy(float *o, float a, const float *v, int64_t n) {
     for (; i < n; i++) o[i] = fmaf(a, v[i], o[i]);
 }
 
+
+/* s[j] = q · k_j, key by key */
+static void scores(float *s, const float *q, const float *k, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) s[j] = dot(q, k + j * stride, hd);
+}
+
+/* o += (p[j] / sum) * v_j, key by key */
+static void pv(float *o, const float *p, float sum, const float *v, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) axpy(o, p[j] / sum, v + j * stride, hd);
+}
+
 /* g [n] = g / (1 + exp(-g)) * u [n] */
 static void silu_mul(float *g, const float *u, int64_t n) {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
@@ -210,7 +221,7 @@ static void silu_mul(float *g, const float *u, int64_t n) {
 }
 
 static const gp_simd_kernels AVX2 = {
-    .name = "avx2", .matvec = matvec, .gemm = gemm, .dot = dot, .exp_sum = exp_sum, .axpy = axpy,
+    .name = "avx2", .matvec = matvec, .gemm = gemm, .dot = dot, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
     .silu_mul = silu_mul,
 };
 

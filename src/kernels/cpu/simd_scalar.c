@@ -62,6 +62,17 @@ static void axpy(float *o, float a, const float *v, int64_t n) {
     for (int64_t i = 0; i < n; i++) o[i] += a * v[i];
 }
 
+
+/* s[j] = q · k_j, key by key */
+static void scores(float *s, const float *q, const float *k, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) s[j] = dot_f32(q, k + j * stride, hd);
+}
+
+/* o += (p[j] / sum) * v_j, key by key */
+static void pv(float *o, const float *p, float sum, const float *v, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) axpy(o, p[j] / sum, v + j * stride, hd);
+}
+
 /* g [n] = silu(g) * u [n] */
 static void silu_mul(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
@@ -71,7 +82,7 @@ static void silu_mul(float *g, const float *u, int64_t n) {
 }
 
 static const gp_simd_kernels SCALAR = {
-    .name = "scalar", .matvec = matvec, .gemm = gemm, .dot = dot_f32, .exp_sum = exp_sum, .axpy = axpy,
+    .name = "scalar", .matvec = matvec, .gemm = gemm, .dot = dot_f32, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
     .silu_mul = silu_mul,
 };
 
