@@ -1,7 +1,7 @@
 /* cmd_bench.c — `genparity bench`: llama-bench's method on one or more model folders.  Per model: one warm-up; pp =
  * one prefill of p random ids into an empty cache; tg = n single-token decodes from an empty cache; each repeated r
  * times, reported as mean ± sd of tokens/s; tokenizer and sampling are not timed.  The same run measures the
- * machine's read bandwidth (multi-threaded sum over a 1 GiB buffer, best of several passes) and reports for tg
+ * machine's read bandwidth (threaded sum over a 1 GiB buffer, best of several passes) and reports for tg
  * bandwidth_utilization = weight bytes read per token × tokens/s ÷ bandwidth.  Prints a Markdown table (one row
  * per model) or JSON. */
 #include "cli.h"
@@ -28,23 +28,28 @@ static void help(FILE *f) {
                "  -n N            tokens of the decode test (default 128; 0 skips it)\n"
                "  -r N            repetitions (default 5)\n"
                "  --threads T     worker threads (default: all CPUs)\n"
-               "  --format F      md (default) or json\n");
+               "  --format F      md (default) or json\n"
+               "  --bandwidth-mib N  buffer of the bandwidth measurement (default 1024; 0 skips it)\n");
 }
 
-/* Read bandwidth in bytes/s: the best of 5 passes of a threaded sum over 1 GiB (touched first). */
-static double measure_bandwidth(int threads) {
-    const size_t n = ((size_t)1 << 30) / sizeof(uint64_t);
+/* Read bandwidth in bytes/s: the best pass of a threaded sum over 1 GiB (touched first), 4 passes with `threads`
+ * threads and 2 with one thread (on a busy machine one thread can be the faster). */
+static double measure_bandwidth(int threads, int mib) {
+    const size_t n = ((size_t)mib << 20) / sizeof(uint64_t) / 8 * 8;
+    if (n == 0) return 0;
     uint64_t *a = aligned_alloc(64, n * sizeof(uint64_t));
     if (!a) return 0;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t i = 0; i < n; i++) a[i] = i;
     double best = 0;
     volatile uint64_t sink = 0;
-    for (int pass = 0; pass < 5; pass++) {
+    for (int pass = 0; pass < 6; pass++) {
+        const int nt = pass < 4 ? threads : 1;
         double t0 = now();
         uint64_t s = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : s)
-        for (size_t i = 0; i < n; i += 8) s += a[i] + a[i + 1] + a[i + 2] + a[i + 3] + a[i + 4] + a[i + 5] + a[i + 6] + a[i + 7];
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : s)
+        for (size_t i = 0; i < n; i += 8)
+            s += a[i] + a[i + 1] + a[i + 2] + a[i + 3] + a[i + 4] + a[i + 5] + a[i + 6] + a[i + 7];
         double dt = now() - t0;
         sink += s;
         if (dt > 0 && (double)(n * sizeof(uint64_t)) / dt > best) best = (double)(n * sizeof(uint64_t)) / dt;
@@ -186,7 +191,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     const char *models[64];
-    int n_models = 0, p = 512, n = 128, reps = 5, threads = 0;
+    int n_models = 0, p = 512, n = 128, reps = 5, threads = 0, bw_mib = 1024;
     const char *format = "md";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -209,6 +214,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-r")) { if (parse_pos(a, v, 1, &reps)) return 2; }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (parse_pos(a, v, 0, &threads)) return 2; }
         else if (!strcmp(a, "--format")) format = v;
+        else if (!strcmp(a, "--bandwidth-mib")) { if (parse_pos(a, v, 0, &bw_mib)) return 2; }
         else {
             fprintf(stderr, "genparity bench: unknown flag %s (see --help)\n", a);
             return 2;
@@ -225,7 +231,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     if (threads == 0) threads = omp_get_num_procs();
-    double bw = measure_bandwidth(threads);
+    double bw = measure_bandwidth(threads, bw_mib);
     row rows[64];
     int rc = 0;
     for (int i = 0; i < n_models; i++)

@@ -50,11 +50,12 @@ static const shape SHAPES[] = {
 };
 
 static void help(FILE *f) {
-    fprintf(f, "usage: genparity make-model --shape NAME [--dtype f32|bf16|f16] [--seed N] -o DIR\n"
+    fprintf(f, "usage: genparity make-model --shape NAME [--dtype f32|bf16|f16] [--seed N] [--layers N] -o DIR\n"
                "\n"
                "  --shape NAME    stories110m | qwen3-0.6b | llama3.2-1b | gemma3-1b\n"
                "  --dtype T       stored weight dtype (default bf16)\n"
                "  --seed N        seed of the random weights (default 1)\n"
+               "  --layers N      override the number of layers (small folders for tests)\n"
                "  -o DIR          output folder (created)\n"
                "Weights are random (uniform, std 0.02; norms near their identity); the tokenizer is copied from\n"
                "$GENPARITY_FIXTURES or ../shared/fixtures (its vocabulary may be smaller than the shape's).\n");
@@ -182,6 +183,7 @@ static void write_config(FILE *f, const shape *s, const char *dtype_name) {
 int cmd_make_model(int argc, char **argv) {
     const char *shape_name = NULL, *dtype = "bf16", *out = NULL;
     unsigned long long seed = 1;
+    int layers = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -195,7 +197,15 @@ int cmd_make_model(int argc, char **argv) {
         if (!strcmp(a, "--shape")) shape_name = v;
         else if (!strcmp(a, "--dtype")) dtype = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--seed")) {
+        else if (!strcmp(a, "--layers")) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (!*v || *end || x < 1 || x > 1024) {
+                fprintf(stderr, "genparity make-model: --layers expects an integer in [1, 1024], got '%s'\n", v);
+                return 2;
+            }
+            layers = (int)x;
+        } else if (!strcmp(a, "--seed")) {
             char *end;
             seed = strtoull(v, &end, 10);
             if (!*v || *end) {
@@ -209,8 +219,14 @@ int cmd_make_model(int argc, char **argv) {
         i++;
     }
     const shape *s = NULL;
+    shape custom;
     for (size_t i = 0; shape_name && i < sizeof SHAPES / sizeof SHAPES[0]; i++)
         if (!strcmp(SHAPES[i].name, shape_name)) s = &SHAPES[i];
+    if (s && layers) { /* fewer layers, same widths (tests) */
+        custom = *s;
+        custom.layers = layers;
+        s = &custom;
+    }
     if (!s || !out) {
         fprintf(stderr, "genparity make-model: give --shape (stories110m|qwen3-0.6b|llama3.2-1b|gemma3-1b) and -o DIR\n");
         return 2;
