@@ -33,7 +33,7 @@ static gp_wt make_wt(gp_dtype dt, int64_t rows, int64_t k, uint32_t seed) {
 
 TEST(kernels_gemm_matches_matvec_bit_for_bit) {
     const gp_dtype dts[] = {GP_DTYPE_F32, GP_DTYPE_BF16, GP_DTYPE_F16};
-    const int64_t ks[] = {16, 37, 64, 100, 1024, 2100};
+    const int64_t ks[] = {16, 37, 64, 100, 1024, 2100, 4096};
     const int32_t ns[] = {1, 2, 5, 9, 13};
     const int64_t rows = 23;
     int checked = 0;

@@ -195,27 +195,34 @@ static void tile_to_f32(const gp_wt *w, int64_t r, int64_t k0, int64_t kl, int64
     }
 }
 
+/* 64-byte aligned memory of at least bytes (aligned_alloc wants a multiple of the alignment). */
+static void *alloc64(size_t bytes) { return aligned_alloc(64, (bytes + 63) & ~(size_t)63); }
+
 #define KB 1024 /* k-block (elements) when K > KB: the weight tile rows of one block stay in L1 */
 #define RB 8    /* row tiles per row block (their partial sums stay in L2 across k-blocks) */
 #define PAD 16  /* floats of padding per packed row, so rows 4 KiB apart do not share cache sets */
 
-/* y[t*ldy + r] = W[r] · x[t], r in [r0, r1), t in [0, n).  Blocked for the caches: each block of tokens is copied
- * with a padded row stride (so rows a power of two apart do not fight for cache sets); then per row block and
+/* y[t*ldy + r] = W[r] · x[t], r in [r0, r1), t in [0, n).  Blocked for the caches: for each block of tokens (copied
+ * with a padded row stride when its rows would fight for cache sets), then per row block and
  * k-block, each tile of MR weight rows is converted to float32 once into a padded buffer (L1) and computes MR×NR
  * outputs in registers, carrying 16-lane partial sums across k-blocks.  Rows and tokens left over at the edges go through matvec (same bits). */
 static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
     const int64_t K = w->cols;
-    const int64_t kb = K <= KB ? K : KB, nk = (K + kb - 1) / kb, ld = K + PAD, lw = kb + PAD;
+    const int64_t kb = K <= KB ? K : KB, nk = (K + kb - 1) / kb, lw = kb + PAD;
+    /* rows 16 KiB apart (K a multiple of 4096) fold a token block's k-slices onto a few L2 sets: copy them with a
+     * padded stride; other widths spread over the sets and are read in place */
+    const int pack = nk > 1 && K % 4096 == 0;
+    const int64_t ld = pack ? K + PAD : K;
     int64_t tb = (512 * 1024) / (lw * (int64_t)sizeof(float));
     tb = nk > 1 ? 64 : tb < NR ? NR : tb > 256 ? 256 : tb - tb % NR;
     const int64_t rfull = r0 + (r1 - r0) / MR * MR, nfull = (int64_t)n / NR * NR;
     float *buf = NULL, *xp = NULL;
     __m512 *P = NULL;
     if (rfull > r0 && nfull > 0) {
-        buf = aligned_alloc(64, (size_t)MR * (size_t)lw * sizeof(float));
-        xp = aligned_alloc(64, (size_t)tb * (size_t)ld * sizeof(float));
-        if (nk > 1) P = aligned_alloc(64, sizeof(__m512) * MR * NR * RB * (size_t)(tb / NR));
-        if (!buf || !xp || (nk > 1 && !P)) { /* no memory for the buffers: the same products, token by token */
+        buf = alloc64((size_t)MR * (size_t)lw * sizeof(float));
+        if (pack) xp = alloc64((size_t)tb * (size_t)ld * sizeof(float));
+        if (nk > 1) P = alloc64(sizeof(__m512) * MR * NR * RB * (size_t)(tb / NR));
+        if (!buf || (pack && !xp) || (nk > 1 && !P)) { /* no memory for the buffers: the same products, token by token */
             free(buf);
             free(xp);
             free(P);
@@ -225,7 +232,9 @@ static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, 
     }
     for (int64_t t0 = 0; t0 < nfull; t0 += tb) {
         const int64_t t1 = t0 + tb < nfull ? t0 + tb : nfull;
-        for (int64_t t = t0; t < t1; t++) memcpy(xp + (t - t0) * ld, x + t * K, (size_t)K * sizeof(float));
+        if (pack)
+            for (int64_t t = t0; t < t1; t++) memcpy(xp + (t - t0) * ld, x + t * K, (size_t)K * sizeof(float));
+        const float *xb = pack ? xp : x + t0 * K;
         for (int64_t rb = r0; rb < rfull; rb += (int64_t)RB * MR) {
             const int64_t rbe = rb + (int64_t)RB * MR < rfull ? rb + (int64_t)RB * MR : rfull;
             for (int64_t kbi = 0; kbi < nk; kbi++) {
@@ -240,7 +249,7 @@ static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, 
                     }
                     __m512 *Pr = P ? P + (size_t)((r - rb) / MR) * (size_t)(tb / NR) * MR * NR : NULL;
                     for (int64_t t = t0; t < t1; t += NR)
-                        tile_6x4(y + t * ldy + r, ldy, rows, xp + (t - t0) * ld + k0, ld, kl,
+                        tile_6x4(y + t * ldy + r, ldy, rows, xb + (t - t0) * ld + k0, ld, kl,
                                  Pr ? Pr + (size_t)((t - t0) / NR) * MR * NR : NULL, kbi == 0, kbi == nk - 1);
                 }
             }
