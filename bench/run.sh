@@ -20,8 +20,12 @@ done
     echo
     echo "command: $BIN bench$MODELS ${BENCH_ARGS:--p 512 -n 128 -r 5}"
     echo
+    echo "load average before (1/5/15 min): $(cut -d' ' -f1-3 /proc/loadavg) (other processes share these CPUs)"
+    echo
     # shellcheck disable=SC2086
     "$BIN" bench $MODELS ${BENCH_ARGS:--p 512 -n 128 -r 5}
+    echo
+    echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > build/bench.md.tmp
 mv build/bench.md.tmp build/bench.md
 cat build/bench.md
