@@ -17,6 +17,8 @@ int cmd_validate(int argc, char **argv);
  * -1 on a bad value (message printed). */
 int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p);
 void cli_ctx_flags_help(FILE *f);
+int cmd_make_model(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Prints "genparity: <what>: <library message>" to stderr and returns 1. */
 int cli_fail(const char *what);

@@ -24,6 +24,8 @@ static void usage(FILE *f) {
             "  steer-vector build a steering vector from two prompt lists\n"
             "  cache        build / inspect KV cache files\n"
             "  validate     steering validation harness (determinism, divergence, suspect lines, KL)\n"
+            "  bench        llama-bench-style speed test (genparity bench --help)\n"
+            "  make-model   write a random-weight model folder of a real shape (genparity make-model --help)\n"
             "  version      print the version\n",
             gp_version());
 }
@@ -161,6 +163,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "steer-vector")) return cmd_steer_vector(argc - 1, argv + 1);
     if (!strcmp(cmd, "cache")) return cmd_cache(argc - 1, argv + 1);
     if (!strcmp(cmd, "validate")) return cmd_validate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "make-model")) return cmd_make_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("genparity %s\n", gp_version());
         return 0;

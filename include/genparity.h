@@ -177,6 +177,14 @@ const gp_tokenizer *gp_model_tokenizer(const gp_model *m);
 /* Returns the total bytes of the mapped weight tensors. */
 uint64_t gp_model_weight_bytes(const gp_model *m);
 
+/* Returns the bytes of weights one decoded token reads: every layer's tensors, the final norm, the whole lm_head
+ * (the embedding table when tied) and one embedding row.  KV-cache reads are not included. */
+uint64_t gp_model_decode_bytes(const gp_model *m);
+
+/* Returns the CPU kernel path in use: "avx512", "avx2" or "scalar" (static string).  Chosen once from the CPU's
+ * features; the environment variable GENPARITY_SIMD=scalar|avx2|avx512 forces a path the CPU supports. */
+const char *gp_cpu_simd(void);
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Context: KV cache + scratch                                                                                    */
 /* ------------------------------------------------------------------------------------------------------------ */

@@ -600,8 +600,11 @@ static void sb_json_str(sbuf *b, const char *s) {
 
 static int write_all(FILE *f, const void *p, size_t n) { return n == 0 || fwrite(p, 1, n, f) == n; }
 
-gp_status gp_st_write(const char *path, const gp_st_write_tensor *tensors, int32_t n, const char *const *meta_keys,
-                      const char *const *meta_values, int32_t n_meta) {
+#define ST_STREAM_CHUNK ((size_t)4 << 20)
+
+static gp_status st_write_impl(const char *path, const gp_st_write_tensor *tensors, int32_t n,
+                               const char *const *meta_keys, const char *const *meta_values, int32_t n_meta,
+                               gp_st_fill_fn fill, void *user) {
     if (!path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_st_write: path is NULL");
     if (n < 0 || (n && !tensors) || n_meta < 0 || (n_meta && (!meta_keys || !meta_values)))
         return gp_set_error(GP_ERR_INVALID_ARG, "%s: bad tensor or metadata count/arrays", path);
@@ -621,7 +624,7 @@ gp_status gp_st_write(const char *path, const gp_st_write_tensor *tensors, int32
             if (t->shape[d] < 0 || (double)t->shape[d] > MAX_JSON_INT || __builtin_mul_overflow(e, t->shape[d], &e))
                 st = gp_set_error(GP_ERR_INVALID_ARG, "%s: tensor '%s': field 'shape': bad dimension %d", path,
                                   t->name, d);
-        if (st == GP_OK && e && !t->data)
+        if (st == GP_OK && e && !t->data && !fill)
             st = gp_set_error(GP_ERR_INVALID_ARG, "%s: tensor '%s': data is NULL", path, t->name);
         for (int32_t j = 0; st == GP_OK && j < i; j++)
             if (!strcmp(tensors[j].name, t->name))
@@ -683,13 +686,30 @@ gp_status gp_st_write(const char *path, const gp_st_write_tensor *tensors, int32
     uint8_t le[8];
     for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)b.len >> (8 * i));
     int ok = write_all(f, le, 8) && write_all(f, b.p, b.len);
-    for (int32_t i = 0; ok && i < n; i++) ok = write_all(f, tensors[i].data, (size_t)nbytes[i]);
+    if (!fill) {
+        for (int32_t i = 0; ok && i < n; i++) ok = write_all(f, tensors[i].data, (size_t)nbytes[i]);
+    } else {
+        /* stream each tensor through a bounded buffer: the caller's data never has to exist in memory at once */
+        uint8_t *chunk = gp_malloc(ST_STREAM_CHUNK, 1);
+        if (!chunk) ok = 0;
+        for (int32_t i = 0; ok && i < n; i++)
+            for (uint64_t o = 0; ok && o < nbytes[i]; o += ST_STREAM_CHUNK) {
+                size_t len = nbytes[i] - o < ST_STREAM_CHUNK ? (size_t)(nbytes[i] - o) : ST_STREAM_CHUNK;
+                gp_status fs = fill(user, i, o, chunk, len);
+                if (fs != GP_OK) {
+                    st = fs;
+                    ok = 0;
+                } else ok = write_all(f, chunk, len);
+            }
+        free(chunk);
+    }
     ok = fflush(f) == 0 && ok;
     ok = fsync(fileno(f)) == 0 && ok;
     ok = fclose(f) == 0 && ok;
     f = NULL;
-    if (!ok) st = gp_set_error(GP_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-    else if (rename(tmp, path) != 0) st = gp_set_error(GP_ERR_IO, "%s: cannot rename into place: %s", path,
+    if (!ok) {
+        if (st == GP_OK) st = gp_set_error(GP_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    } else if (rename(tmp, path) != 0) st = gp_set_error(GP_ERR_IO, "%s: cannot rename into place: %s", path,
                                                       strerror(errno));
 done:
     if (tmp && st != GP_OK) unlink(tmp);
@@ -697,4 +717,16 @@ done:
     free(b.p);
     free(nbytes);
     return st;
+}
+
+gp_status gp_st_write(const char *path, const gp_st_write_tensor *tensors, int32_t n, const char *const *meta_keys,
+                      const char *const *meta_values, int32_t n_meta) {
+    return st_write_impl(path, tensors, n, meta_keys, meta_values, n_meta, NULL, NULL);
+}
+
+gp_status gp_st_write_stream(const char *path, const gp_st_write_tensor *tensors, int32_t n,
+                             const char *const *meta_keys, const char *const *meta_values, int32_t n_meta,
+                             gp_st_fill_fn fill, void *user) {
+    if (!fill) return gp_set_error(GP_ERR_INVALID_ARG, "gp_st_write_stream: fill is NULL");
+    return st_write_impl(path, tensors, n, meta_keys, meta_values, n_meta, fill, user);
 }

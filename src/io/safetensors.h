@@ -90,6 +90,16 @@ typedef struct gp_st_write_tensor {
 gp_status gp_st_write(const char *path, const gp_st_write_tensor *tensors, int32_t n, const char *const *meta_keys,
                       const char *const *meta_values, int32_t n_meta);
 
+/* Fills buf [len bytes] with bytes offset.. offset+len-1 of tensor i (in its dtype's layout); returns GP_OK or an
+ * error (with its message set) that aborts the write. */
+typedef gp_status (*gp_st_fill_fn)(void *user, int32_t i, uint64_t offset, void *buf, size_t len);
+
+/* Like gp_st_write, but tensors[i].data is ignored and the bytes come from fill, called in file order with chunks
+ * of at most 4 MiB, so a multi-GB file is written without holding it in memory. */
+gp_status gp_st_write_stream(const char *path, const gp_st_write_tensor *tensors, int32_t n,
+                             const char *const *meta_keys, const char *const *meta_values, int32_t n_meta,
+                             gp_st_fill_fn fill, void *user);
+
 /* float conversions used by every reader of stored weights */
 static inline float gp_bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v;

@@ -227,6 +227,24 @@ int32_t gp_model_bos_id(const gp_model *m) { return m->gen_bos; }
 const gp_tokenizer *gp_model_tokenizer(const gp_model *m) { return m->tok; }
 uint64_t gp_model_weight_bytes(const gp_model *m) { return gp_st_total_bytes(m->st); }
 
+/* Bytes of one bound weight (0 when absent). */
+static uint64_t wt_bytes(const gp_wt *w) {
+    return w->data ? (uint64_t)w->rows * (uint64_t)w->cols * gp_dtype_size(w->dtype) : 0;
+}
+
+uint64_t gp_model_decode_bytes(const gp_model *m) {
+    const gp_wt *e = &m->tok_embd;
+    uint64_t b = wt_bytes(&m->out_norm) + wt_bytes(&m->lm_head) + (uint64_t)e->cols * gp_dtype_size(e->dtype);
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        const gp_layer *L = &m->layers[l];
+        const gp_wt *w[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv, &L->bo,
+                            &L->q_norm, &L->k_norm, &L->attn_post_norm, &L->ffn_norm, &L->ffn_post_norm,
+                            &L->w_gate, &L->w_up, &L->w_down, &L->b_gate, &L->b_up, &L->b_down};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) b += wt_bytes(w[i]);
+    }
+    return b;
+}
+
 int32_t gp_model_eos_ids(const gp_model *m, int32_t *ids, int32_t cap) {
     for (int32_t i = 0; i < m->n_gen_eos && i < cap; i++) ids[i] = m->gen_eos[i];
     return m->n_gen_eos;

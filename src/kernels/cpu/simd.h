@@ -1,0 +1,53 @@
+/* simd.h — the CPU backend's inner kernels, one table per instruction set (scalar, AVX2+FMA+F16C, AVX-512), chosen
+ * once at run time from the CPU's features (or forced by GENPARITY_SIMD / gp_cpu_force_simd).
+ *
+ * The one reduction every product uses: 16 partial sums over k (lane j takes the elements k ≡ j mod 16; a tail of
+ * K mod 16 elements goes to lanes 0..tail-1), reduced in the fixed tree j += j+8, j += j+4, j += j+2, j += j+1.
+ * Weights are converted to float32 exactly (bf16 by shifting, f16 by F16C); activations stay float32.  The matrix-
+ * vector kernel (decode) and the matrix-matrix kernel (prefill) run this same arithmetic for every output element,
+ * so an element's bits depend neither on how many tokens are in the call nor on which thread computes it.
+ * Within one table results are bit-identical; across tables they differ in rounding (the scalar path multiplies
+ * and adds separately, the SIMD paths fuse), always within the parity tolerance. */
+#ifndef GP_CPU_SIMD_H
+#define GP_CPU_SIMD_H
+
+#include "kernels/backend.h"
+
+#include <stdint.h>
+
+typedef struct gp_simd_kernels {
+    const char *name; /* "scalar", "avx2", "avx512" */
+    /* y[r] = W[r] · x for r in [r0, r1); W [rows, K] in its stored dtype, x [K] */
+    void (*matvec)(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+    /* y[t*ldy + r] = W[r] · x[t] for r in [r0, r1), t in [0, n); x [n, K].  Same bits as matvec per element. */
+    void (*gemm)(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
+    /* a [n] · b [n], both float32 */
+    float (*dot)(const float *a, const float *b, int64_t n);
+    /* s[j] = exp(s[j] - mx) for j in [0, n); returns the sum of the new s in a fixed order */
+    float (*exp_sum)(float *s, int64_t n, float mx);
+    /* o [n] += a * v [n] */
+    void (*axpy)(float *o, float a, const float *v, int64_t n);
+    /* s[j] = q [hd] · k_j [hd], k_j = k + j*stride, j in [0, count): the same bits as dot(q, k_j, hd) */
+    void (*scores)(float *s, const float *q, const float *k, int64_t stride, int64_t count, int64_t hd);
+    /* for j in [0, count) in order: o [hd] += (p[j] / sum) * v_j [hd], v_j = v + j*stride: the same bits as
+     * axpy(o, p[j] / sum, v_j, hd) called key by key */
+    void (*pv)(float *o, const float *p, float sum, const float *v, int64_t stride, int64_t count, int64_t hd);
+    /* g [n] = silu(g) * u [n] */
+    void (*silu_mul)(float *g, const float *u, int64_t n);
+} gp_simd_kernels;
+
+const gp_simd_kernels *gp_simd_scalar(void);
+const gp_simd_kernels *gp_simd_avx2(void);   /* NULL when not compiled in */
+const gp_simd_kernels *gp_simd_avx512(void); /* NULL when not compiled in */
+
+/* The table in use (resolved once: GENPARITY_SIMD if set and supported, else the best the CPU has). */
+const gp_simd_kernels *gp_cpu_kernels(void);
+
+/* Test hook: forces the table "scalar" | "avx2" | "avx512", or the automatic choice for NULL/"auto".  Returns 0, or
+ * -1 when the CPU (or build) lacks that path (nothing changes).  Not thread-safe with running forwards. */
+int gp_cpu_force_simd(const char *name);
+
+/* 1 when the CPU (and build) can run the named path. */
+int gp_cpu_simd_supported(const char *name);
+
+#endif

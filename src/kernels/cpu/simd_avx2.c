@@ -1,0 +1,233 @@
+/* simd_avx2.c — AVX2 + FMA + F16C kernels (see simd.h).  The 16 lanes of the reference reduction are two 8-lane
+ * registers (lanes 0-7 and 8-15); every operation matches simd_avx512.c one for one (same FMAs, same exp, same
+ * tree), so this path gives the same bits as the AVX-512 one.  Compiled with a target pragma, called only after
+ * the CPU reports AVX2, FMA and F16C (dispatch.c). */
+#include "kernels/cpu/simd.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* 16 weights as float32 in two registers */
+static inline void ld_f32(const float *p, __m256 *lo, __m256 *hi) {
+    *lo = _mm256_loadu_ps(p);
+    *hi = _mm256_loadu_ps(p + 8);
+}
+static inline void ld_bf16(const uint16_t *p, __m256 *lo, __m256 *hi) {
+    __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
+    *lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16));
+    *hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+}
+static inline void ld_f16(const uint16_t *p, __m256 *lo, __m256 *hi) {
+    *lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    *hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8)));
+}
+
+/* lane masks for a tail of n < 16 elements: lanes 0..n-1 set */
+static inline void tail_mask(int64_t n, __m256 *lo, __m256 *hi) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    *lo = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx));
+    *hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)n - 8), idx));
+}
+
+/* The fixed tree over lanes 0-15 (lo = 0-7, hi = 8-15): j += j+8, +4, +2, +1. */
+static inline float reduce16(__m256 lo, __m256 hi) {
+    __m256 a = _mm256_add_ps(lo, hi);
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
+    return _mm_cvtss_f32(d);
+}
+
+/* exp(x): the same operations as exp16 in simd_avx512.c */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+    y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* Matrix-vector for one dtype: 4 rows at a time; the tail goes through a zero-padded copy and a lane blend so
+ * lanes past the tail keep their value exactly as the AVX-512 masked FMA does. */
+#define DEFINE_MATVEC(NAME, TYPE, LD)                                                                                 \
+    static void NAME(float *y, const TYPE *W, int64_t K, int64_t r0, int64_t r1, const float *x) {                    \
+        const int64_t kf = K & ~(int64_t)15, rem = K & 15;                                                            \
+        float xt[16] = {0};                                                                                           \
+        __m256 ml = _mm256_setzero_ps(), mh = ml;                                                                     \
+        if (rem) {                                                                                                    \
+            memcpy(xt, x + kf, (size_t)rem * sizeof(float));                                                          \
+            tail_mask(rem, &ml, &mh);                                                                                 \
+        }                                                                                                             \
+        for (int64_t r = r0; r < r1; r += 4) {                                                                        \
+            const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;                                                            \
+            __m256 al[4], ah[4];                                                                                      \
+            const TYPE *w[4];                                                                                         \
+            for (int i = 0; i < 4; i++) {                                                                             \
+                al[i] = ah[i] = _mm256_setzero_ps();                                                                  \
+                w[i] = W + (r + (i < nr ? i : 0)) * K;                                                                \
+            }                                                                                                         \
+            for (int64_t k = 0; k < kf; k += 16) {                                                                    \
+                __m256 xl = _mm256_loadu_ps(x + k), xh = _mm256_loadu_ps(x + k + 8), wl, wh;                          \
+                _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                                 \
+                    LD(w[i] + k, &wl, &wh);                                                                           \
+                    al[i] = _mm256_fmadd_ps(wl, xl, al[i]);                                                           \
+                    ah[i] = _mm256_fmadd_ps(wh, xh, ah[i]);                                                           \
+                }                                                                                                     \
+            }                                                                                                         \
+            if (rem) {                                                                                                \
+                __m256 xl = _mm256_loadu_ps(xt), xh = _mm256_loadu_ps(xt + 8), wl, wh;                                \
+                for (int i = 0; i < nr; i++) {                                                                        \
+                    TYPE wt[16] = {0};                                                                                \
+                    memcpy(wt, w[i] + kf, (size_t)rem * sizeof(TYPE));                                                \
+                    LD(wt, &wl, &wh);                                                                                 \
+                    al[i] = _mm256_blendv_ps(al[i], _mm256_fmadd_ps(wl, xl, al[i]), ml);                              \
+                    ah[i] = _mm256_blendv_ps(ah[i], _mm256_fmadd_ps(wh, xh, ah[i]), mh);                              \
+                }                                                                                                     \
+            }                                                                                                         \
+            for (int i = 0; i < nr; i++) y[r + i] = reduce16(al[i], ah[i]);                                           \
+        }                                                                                                             \
+    }
+DEFINE_MATVEC(matvec_f32, float, ld_f32)
+DEFINE_MATVEC(matvec_bf16, uint16_t, ld_bf16)
+DEFINE_MATVEC(matvec_f16, uint16_t, ld_f16)
+
+/* y[r] = W[r] · x, r in [r0, r1) */
+static void matvec(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
+    switch (w->dtype) {
+    case GP_DTYPE_F32: matvec_f32(y, w->data, w->cols, r0, r1, x); break;
+    case GP_DTYPE_BF16: matvec_bf16(y, w->data, w->cols, r0, r1, x); break;
+    case GP_DTYPE_F16: matvec_f16(y, w->data, w->cols, r0, r1, x); break;
+    default: break; /* loader admits only the three above */
+    }
+}
+
+/* a [n] · b [n] */
+static float dot(const float *a, const float *b, int64_t n) {
+    float y;
+    matvec_f32(&y, a, n, 0, 1, b);
+    return y;
+}
+
+/* y[t*ldy + r] = W[r] · x[t]: per block of tokens, each weight row is converted to float32 once and dotted with
+ * every token of the block by the f32 matvec (the same arithmetic as matvec on the stored dtype). */
+static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
+    const int64_t K = w->cols;
+    int64_t tb = (512 * 1024) / (K * (int64_t)sizeof(float));
+    tb = tb < 1 ? 1 : tb > 256 ? 256 : tb;
+    float *buf = w->dtype == GP_DTYPE_F32 ? NULL : malloc((size_t)K * sizeof(float));
+    if (w->dtype != GP_DTYPE_F32 && !buf) {
+        for (int32_t t = 0; t < n; t++) matvec(y + t * ldy, w, r0, r1, x + (int64_t)t * K);
+        return;
+    }
+    for (int64_t t0 = 0; t0 < n; t0 += tb) {
+        const int64_t t1 = t0 + tb < n ? t0 + tb : n;
+        for (int64_t r = r0; r < r1; r++) {
+            const float *row = (const float *)w->data + r * K;
+            if (buf) {
+                const uint16_t *s = (const uint16_t *)w->data + r * K;
+                if (w->dtype == GP_DTYPE_BF16)
+                    for (int64_t i = 0; i < K; i++) buf[i] = gp_bf16_to_f32(s[i]);
+                else
+                    for (int64_t i = 0; i < K; i++) buf[i] = _cvtsh_ss(s[i]);
+                row = buf;
+            }
+            for (int64_t t = t0; t < t1; t++) matvec_f32(y + t * ldy + r, row, K, 0, 1, x + t * K);
+        }
+    }
+    free(buf);
+}
+
+/* s[j] = exp(s[j] - mx); returns the 16-lane sum reduced by the fixed tree */
+static float exp_sum(float *s, int64_t n, float mx) {
+    const __m256 vm = _mm256_set1_ps(mx);
+    __m256 al = _mm256_setzero_ps(), ah = al;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m256 el = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        __m256 eh = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vm));
+        _mm256_storeu_ps(s + j, el);
+        _mm256_storeu_ps(s + j + 8, eh);
+        al = _mm256_add_ps(al, el);
+        ah = _mm256_add_ps(ah, eh);
+    }
+    if (j < n) {
+        float t[16] = {0};
+        memcpy(t, s + j, (size_t)(n - j) * sizeof(float));
+        __m256 ml, mh;
+        tail_mask(n - j, &ml, &mh);
+        __m256 el = exp8(_mm256_sub_ps(_mm256_loadu_ps(t), vm)), eh = exp8(_mm256_sub_ps(_mm256_loadu_ps(t + 8), vm));
+        _mm256_storeu_ps(t, el);
+        _mm256_storeu_ps(t + 8, eh);
+        memcpy(s + j, t, (size_t)(n - j) * sizeof(float));
+        al = _mm256_blendv_ps(al, _mm256_add_ps(al, el), ml);
+        ah = _mm256_blendv_ps(ah, _mm256_add_ps(ah, eh), mh);
+    }
+    return reduce16(al, ah);
+}
+
+/* o [n] += a * v [n] (fused, element by element) */
+static void axpy(float *o, float a, const float *v, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
+    for (; i < n; i++) o[i] = fmaf(a, v[i], o[i]);
+}
+
+
+/* s[j] = q · k_j, key by key */
+static void scores(float *s, const float *q, const float *k, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) s[j] = dot(q, k + j * stride, hd);
+}
+
+/* o += (p[j] / sum) * v_j, key by key */
+static void pv(float *o, const float *p, float sum, const float *v, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) axpy(o, p[j] / sum, v + j * stride, hd);
+}
+
+/* g [n] = g / (1 + exp(-g)) * u [n] */
+static void silu_mul(float *g, const float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256 d = _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, x)));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, d), _mm256_loadu_ps(u + i)));
+    }
+    if (i < n) {
+        float xt[8] = {0}, ut[8] = {0};
+        memcpy(xt, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(ut, u + i, (size_t)(n - i) * sizeof(float));
+        __m256 x = _mm256_loadu_ps(xt);
+        __m256 d = _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, x)));
+        _mm256_storeu_ps(xt, _mm256_mul_ps(_mm256_div_ps(x, d), _mm256_loadu_ps(ut)));
+        memcpy(g + i, xt, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+static const gp_simd_kernels AVX2 = {
+    .name = "avx2", .matvec = matvec, .gemm = gemm, .dot = dot, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
+    .silu_mul = silu_mul,
+};
+
+#pragma GCC pop_options
+
+const gp_simd_kernels *gp_simd_avx2(void) { return &AVX2; }
+#else
+const gp_simd_kernels *gp_simd_avx2(void) { return 0; }
+#endif

@@ -1,0 +1,89 @@
+/* simd_scalar.c — the portable reference kernels (see simd.h): plain C, multiply and add rounded separately
+ * (the build uses -std=c11, so the compiler does not contract them into FMAs). */
+#include "kernels/cpu/simd.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The reference dot product: 16 partial sums, fixed tree.  LOAD(i) yields element i of a as float32. */
+#define DEFINE_DOT(NAME, TYPE, LOAD)                                                                                  \
+    static float NAME(const TYPE *a, const float *b, int64_t n) {                                                     \
+        float acc[16] = {0};                                                                                          \
+        int64_t i = 0;                                                                                                \
+        for (; i + 16 <= n; i += 16)                                                                                  \
+            for (int j = 0; j < 16; j++) acc[j] += LOAD(a, i + j) * b[i + j];                                         \
+        for (int j = 0; i < n; i++, j++) acc[j] += LOAD(a, i) * b[i];                                                 \
+        for (int w = 8; w >= 1; w /= 2)                                                                               \
+            for (int j = 0; j < w; j++) acc[j] += acc[j + w];                                                         \
+        return acc[0];                                                                                                \
+    }
+#define LOAD_F32(a, i) ((a)[i])
+#define LOAD_BF16(a, i) gp_bf16_to_f32((a)[i])
+#define LOAD_F16(a, i) gp_f16_to_f32((a)[i])
+DEFINE_DOT(dot_f32, float, LOAD_F32)
+DEFINE_DOT(dot_bf16, uint16_t, LOAD_BF16)
+DEFINE_DOT(dot_f16, uint16_t, LOAD_F16)
+
+/* W row r · x [W.cols] */
+static inline float dot_row(const gp_wt *w, int64_t r, const float *x) {
+    int64_t k = w->cols;
+    switch (w->dtype) {
+    case GP_DTYPE_F32: return dot_f32((const float *)w->data + r * k, x, k);
+    case GP_DTYPE_BF16: return dot_bf16((const uint16_t *)w->data + r * k, x, k);
+    case GP_DTYPE_F16: return dot_f16((const uint16_t *)w->data + r * k, x, k);
+    default: return 0.0f; /* loader admits only the three above */
+    }
+}
+
+/* y[r] = W[r] · x, r in [r0, r1) */
+static void matvec(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
+    for (int64_t r = r0; r < r1; r++) y[r] = dot_row(w, r, x);
+}
+
+/* y[t*ldy + r] = W[r] · x[t] */
+static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int32_t t = 0; t < n; t++) y[t * ldy + r] = dot_row(w, r, x + (int64_t)t * w->cols);
+}
+
+/* s[j] = exp(s[j] - mx), summed in order */
+static float exp_sum(float *s, int64_t n, float mx) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        float e = expf(s[j] - mx);
+        s[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+/* o [n] += a * v [n] */
+static void axpy(float *o, float a, const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] += a * v[i];
+}
+
+
+/* s[j] = q · k_j, key by key */
+static void scores(float *s, const float *q, const float *k, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) s[j] = dot_f32(q, k + j * stride, hd);
+}
+
+/* o += (p[j] / sum) * v_j, key by key */
+static void pv(float *o, const float *p, float sum, const float *v, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) axpy(o, p[j] / sum, v + j * stride, hd);
+}
+
+/* g [n] = silu(g) * u [n] */
+static void silu_mul(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        g[i] = x / (1.0f + expf(-x)) * u[i];
+    }
+}
+
+static const gp_simd_kernels SCALAR = {
+    .name = "scalar", .matvec = matvec, .gemm = gemm, .dot = dot_f32, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
+    .silu_mul = silu_mul,
+};
+
+const gp_simd_kernels *gp_simd_scalar(void) { return &SCALAR; }
