@@ -69,7 +69,7 @@ asan:
 		./build-asan/run_tests $(T)
 
 demo: all
-	./$(BUILD)/genparity generate --prompt "ROMEO:" --max-tokens 120 --seed 7
+	./$(BUILD)/genparity generate --prompt "ROMEO:" --max-tokens 120
 
 bench: all
 	sh bench/run.sh
