@@ -36,6 +36,9 @@ void cli_free_lines(char **lines, int n);
 #include <stdio.h>
 void cli_json_string(FILE *f, const char *s, size_t len);
 
+/* Writes "<directory of the running executable>/<rel>" into buf; returns 0 if that path is readable, else -1. */
+int cli_path_beside_exe(const char *rel, char *buf, size_t cap);
+
 /* Default model folder: $GENPARITY_MODEL, else models/shakespeare-llama beside the executable's build dir. */
 const char *cli_default_model(void);
 

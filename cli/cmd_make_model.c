@@ -147,17 +147,7 @@ static const char *fixtures_root(void) {
     const char *e = getenv("GENPARITY_FIXTURES");
     if (e && *e) return e;
     if (access("../shared/fixtures/tokenizers", R_OK) == 0) return "../shared/fixtures";
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = 0;
-            snprintf(buf, sizeof buf, "%s/../../shared/fixtures", exe);
-            if (access(buf, R_OK) == 0) return buf;
-        }
-    }
+    if (cli_path_beside_exe("../../shared/fixtures", buf, sizeof buf) == 0) return buf;
     return NULL;
 }
 

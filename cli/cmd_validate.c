@@ -40,25 +40,6 @@ typedef struct variant {
     char **text;         /* [n_prompts] */
 } variant;
 
-/* KL(p || q) of softmax(a), softmax(b) over n. */
-static double kl_div(const float *a, const float *b, int32_t n) {
-    double ma = -INFINITY, mb = -INFINITY, za = 0, zb = 0, kl = 0;
-    for (int32_t i = 0; i < n; i++) {
-        ma = a[i] > ma ? a[i] : ma;
-        mb = b[i] > mb ? b[i] : mb;
-    }
-    for (int32_t i = 0; i < n; i++) {
-        za += exp(a[i] - ma);
-        zb += exp(b[i] - mb);
-    }
-    double lza = log(za), lzb = log(zb);
-    for (int32_t i = 0; i < n; i++) {
-        double la = a[i] - ma - lza, lb = b[i] - mb - lzb;
-        kl += exp(la) * (la - lb);
-    }
-    return kl;
-}
-
 int cmd_validate(int argc, char **argv) {
     const char *model_dir = NULL, *prompts_path = NULL, *vec_spec = NULL, *alphas_s = "0,2,4", *ref_path = NULL;
     const char *format = "text";
@@ -225,7 +206,7 @@ int cmd_validate(int argc, char **argv) {
                 if (t && t->dtype == GP_DTYPE_F32 && t->n_elems == (uint64_t)V) {
                     gp_ctx_reset(c);
                     if (gp_ctx_eval(c, ids, n, NULL, logits) == GP_OK) {
-                        vr->kl_sum += kl_div(t->data, logits, V);
+                        vr->kl_sum += gp_logits_kl(t->data, logits, V);
                         vr->kl_n++;
                     }
                 }

@@ -132,22 +132,24 @@ void cli_json_string(FILE *f, const char *s, size_t len) {
     fputc('"', f);
 }
 
+int cli_path_beside_exe(const char *rel, char *buf, size_t cap) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return -1;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return -1;
+    *slash = 0;
+    if ((size_t)snprintf(buf, cap, "%s/%s", exe, rel) >= cap) return -1;
+    return access(buf, R_OK) == 0 ? 0 : -1;
+}
+
 const char *cli_default_model(void) {
     const char *e = getenv("GENPARITY_MODEL");
     if (e && *e) return e;
     /* the embedded model lives at <repo>/models/shakespeare-llama; the binary at <repo>/build/genparity */
     static char buf[PATH_MAX + 64];
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = 0;
-            snprintf(buf, sizeof buf, "%s/../models/shakespeare-llama", exe);
-            if (access(buf, R_OK) == 0) return buf;
-        }
-    }
+    if (cli_path_beside_exe("../models/shakespeare-llama", buf, sizeof buf) == 0) return buf;
     return "models/shakespeare-llama";
 }
 

@@ -461,6 +461,10 @@ gp_gen_config gp_model_gen_config(const gp_model *m);
  * Returns GP_OK or GP_ERR_INVALID_ARG naming the field. */
 gp_status gp_gen_config_validate(const gp_gen_config *g, int32_t n_vocab);
 
+/* Returns KL(softmax(p) || softmax(q)) in nats for two logit vectors of n entries (computed in double; -inf
+ * entries of p contribute nothing). */
+double gp_logits_kl(const float *p, const float *q, int32_t n);
+
 typedef enum gp_finish_reason {
     GP_FINISH_NONE = 0,
     GP_FINISH_STOP = 1,        /* an EOS id was generated */

@@ -70,3 +70,21 @@ void gp_sort_idx_asc(const float *key, int32_t *idx, int32_t *tmp, int32_t n) {
     }
     if (src != idx) memcpy(idx, src, (size_t)n * sizeof(int32_t));
 }
+
+double gp_logits_kl(const float *a, const float *b, int32_t n) {
+    double ma = -INFINITY, mb = -INFINITY, za = 0, zb = 0, kl = 0;
+    for (int32_t i = 0; i < n; i++) {
+        ma = a[i] > ma ? a[i] : ma;
+        mb = b[i] > mb ? b[i] : mb;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        za += exp((double)a[i] - ma);
+        zb += exp((double)b[i] - mb);
+    }
+    double lza = log(za), lzb = log(zb);
+    for (int32_t i = 0; i < n; i++) {
+        double pa = exp((double)a[i] - ma - lza);
+        if (pa > 0) kl += pa * (((double)a[i] - ma - lza) - ((double)b[i] - mb - lzb));
+    }
+    return kl;
+}

@@ -160,3 +160,13 @@ TEST(top_n_logprobs_are_sorted) {
     CHECK_EQ_INT(top[2].id, 4);
     CHECK(top[2].logprob == -1.0f);
 }
+
+TEST(logits_kl_closed_form) {
+    float p[3] = {0.0f, 0.0f, -INFINITY}, q[3] = {0.0f, (float)log(3.0), 0.0f};
+    /* softmax(p) = (1/2, 1/2, 0); softmax(q) = (1/5, 3/5, 1/5) */
+    double want = 0.5 * log(0.5 / 0.2) + 0.5 * log(0.5 / 0.6);
+    double got = gp_logits_kl(p, q, 3);
+    NOTE("KL = %.12f, closed form %.12f", got, want);
+    CHECK(fabs(got - want) < 1e-6);
+    CHECK(gp_logits_kl(q, q, 3) == 0.0);
+}
