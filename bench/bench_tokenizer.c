@@ -2,33 +2,17 @@
  * and the single-threaded encode / decode throughput on a corpus file.
  * usage: bench_tokenizer CORPUS TOKENIZER.json... */
 #include "genparity.h"
+#include "util/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    *len = (size_t)n;
-    return b;
+    char *b;
+    return gp_read_file(path, 256u << 20, &b, len) == GP_OK ? b : NULL;
 }
 
 int main(int argc, char **argv) {
@@ -47,12 +31,12 @@ int main(int argc, char **argv) {
         gp_tokenizer *t;
         double best_load = 1e9;
         for (int rep = 0; rep < 3; rep++) {
-            double t0 = now();
+            double t0 = gp_now();
             if (gp_tokenizer_load(argv[a], &t) != GP_OK) {
                 fprintf(stderr, "%s\n", gp_errmsg());
                 return 1;
             }
-            double dt = now() - t0;
+            double dt = gp_now() - t0;
             if (dt < best_load) best_load = dt;
             if (rep < 2) gp_tokenizer_free(t);
         }
@@ -60,19 +44,19 @@ int main(int argc, char **argv) {
         int32_t n = 0;
         for (int rep = 0; rep < 3; rep++) {
             int32_t *ids;
-            double t0 = now();
+            double t0 = gp_now();
             if (gp_tokenizer_encode(t, text, len, 0, &ids, &n) != GP_OK) {
                 fprintf(stderr, "%s\n", gp_errmsg());
                 return 1;
             }
-            double t1 = now();
+            double t1 = gp_now();
             char *out;
             size_t olen;
             if (gp_tokenizer_decode(t, ids, n, 0, &out, &olen) != GP_OK) {
                 fprintf(stderr, "%s\n", gp_errmsg());
                 return 1;
             }
-            double t2 = now();
+            double t2 = gp_now();
             if (t1 - t0 < best_enc) best_enc = t1 - t0;
             if (t2 - t1 < best_dec) best_dec = t2 - t1;
             gp_free(out);

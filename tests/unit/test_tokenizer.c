@@ -4,6 +4,7 @@
  * behaviors, added-token lstrip/rstrip/single_word/normalized, merges in ["a","b"] form). */
 #include "genparity.h"
 #include "test.h"
+#include "util/util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,22 +24,9 @@ static gp_tokenizer *fixture_tok(const char *name) {
 }
 
 static char *read_corpus(size_t *len) {
-    char *p = gp_test_fixture("corpus/tinyshakespeare.txt");
-    if (!p) return NULL;
-    FILE *f = fopen(p, "rb");
+    char *p = gp_test_fixture("corpus/tinyshakespeare.txt"), *b = NULL;
+    if (p && gp_read_file(p, 64u << 20, &b, len) != GP_OK) b = NULL;
     free(p);
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    *len = (size_t)n;
     return b;
 }
 

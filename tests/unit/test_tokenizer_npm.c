@@ -3,6 +3,7 @@
  * and streaming == decode on the Shakespeare corpus and on a mixed-script string.  Absent files skip locally;
  * under CI=true the script is run first and absence is a failure. */
 #include "genparity.h"
+#include "util/util.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -19,20 +20,8 @@ static const char *MIXED =
     "caf\xC3\xA9  na\xC3\xAFve\n\ttabs   12345 3.14 <b>x</b>";
 
 static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    *len = (size_t)n;
-    return b;
+    char *b;
+    return gp_read_file(path, 256u << 20, &b, len) == GP_OK ? b : NULL;
 }
 
 static int stream_equals(const gp_tokenizer *t, const int32_t *ids, int32_t n, const char *want, size_t wlen) {
