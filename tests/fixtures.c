@@ -28,6 +28,33 @@ cJSON *fx_read_json(const char *path) {
     return j;
 }
 
+int fx_refs_load(const char *name, fx_refs *r) {
+    char rel[256];
+    memset(r, 0, sizeof *r);
+    snprintf(rel, sizeof rel, "models/%s/reference.json", name);
+    char *rj = gp_test_fixture(rel);
+    snprintf(rel, sizeof rel, "models/%s/reference.safetensors", name);
+    r->st_path = gp_test_fixture(rel);
+    if (rj && r->st_path) {
+        r->json = fx_read_json(rj);
+        if (gp_st_open_file(r->st_path, &r->st) != GP_OK) {
+            NOTE("%s", gp_errmsg());
+            gp_test_failed = 1;
+        }
+    }
+    free(rj);
+    if (r->json && r->st) return 0;
+    fx_refs_free(r);
+    return -1;
+}
+
+void fx_refs_free(fx_refs *r) {
+    cJSON_Delete(r->json);
+    gp_st_close(r->st);
+    free(r->st_path);
+    memset(r, 0, sizeof *r);
+}
+
 int fx_int_array(const cJSON *arr, int32_t **out) {
     *out = NULL;
     if (!cJSON_IsArray(arr)) return -1;

@@ -14,6 +14,18 @@ extern const int GP_N_FIXTURE_MODELS;
 /* Parses a JSON file (NULL + failure noted on error); caller cJSON_Delete()s. */
 cJSON *fx_read_json(const char *path);
 
+/* A fixture model's references: reference.json parsed and reference.safetensors mapped. */
+typedef struct fx_refs {
+    cJSON *json;
+    gp_st_set *st;
+    char *st_path; /* path of reference.safetensors (for "PATH:TENSOR" specs) */
+} fx_refs;
+
+/* Loads models/<name>/reference.{json,safetensors}; returns 0 with every field set, else -1 with nothing to free
+ * (a missing fixture is a skip, or a failure under CI=true; an unreadable one is a failure). */
+int fx_refs_load(const char *name, fx_refs *r);
+void fx_refs_free(fx_refs *r);
+
 /* Reads a JSON array of ints into a malloc'd array; returns count or -1. */
 int fx_int_array(const cJSON *arr, int32_t **out);
 

@@ -13,21 +13,17 @@
 static void check_model(const char *name) {
     gp_model *m = fx_load_model(name, 0);
     if (!m) return;
-    char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/reference.json", name);
-    char *rj = gp_test_fixture(rel);
-    snprintf(rel, sizeof rel, "models/%s/reference.safetensors", name);
-    char *rs = gp_test_fixture(rel);
-    cJSON *ref = rj ? fx_read_json(rj) : NULL;
-    gp_st_set *st = NULL;
-    if (rs && gp_st_open_file(rs, &st) != GP_OK) {
-        NOTE("%s", gp_errmsg());
-        gp_test_failed = 1;
+    fx_refs rf;
+    if (fx_refs_load(name, &rf)) {
+        gp_model_free(m);
+        return;
     }
+    cJSON *ref = rf.json;
+    gp_st_set *st = rf.st;
     gp_ctx *c = NULL;
-    if (ref && st) CHECK_STATUS(gp_ctx_init(m, NULL, &c), GP_OK);
+    CHECK_STATUS(gp_ctx_init(m, NULL, &c), GP_OK);
     const int32_t V = gp_model_n_vocab(m), E = gp_model_n_embd(m), L = gp_model_n_layers(m);
-    const cJSON *prompts = ref ? cJSON_GetObjectItem(ref, "prompts") : NULL;
+    const cJSON *prompts = cJSON_GetObjectItem(ref, "prompts");
     int pi = 0;
     const cJSON *p;
     double worst_last = 0;
@@ -99,10 +95,7 @@ static void check_model(const char *name) {
     if (c) NOTE("%s: %d prompts, worst last_logits max|Δ| = %.3g (tol %.0e)", name, pi, worst_last, LOGIT_TOL);
     CHECK(pi > 0);
     gp_ctx_free(c);
-    gp_st_close(st);
-    cJSON_Delete(ref);
-    free(rj);
-    free(rs);
+    fx_refs_free(&rf);
     gp_model_free(m);
 }
 

@@ -38,17 +38,13 @@ static int run(gp_model *m, const int32_t *ids, int n, int chunk, int threads, f
 static void check_paths(const char *name) {
     gp_model *m = fx_load_model(name, 0);
     if (!m) return;
-    char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/reference.json", name);
-    char *rj = gp_test_fixture(rel);
-    snprintf(rel, sizeof rel, "models/%s/reference.safetensors", name);
-    char *rs = gp_test_fixture(rel);
-    cJSON *ref = rj ? fx_read_json(rj) : NULL;
-    gp_st_set *st = NULL;
-    if (!ref || !rs || gp_st_open_file(rs, &st) != GP_OK) {
-        gp_test_failed |= !ref || !rs ? 0 : 1;
-        goto done;
+    fx_refs rf;
+    if (fx_refs_load(name, &rf)) {
+        gp_model_free(m);
+        return;
     }
+    cJSON *ref = rf.json;
+    gp_st_set *st = rf.st;
     const size_t V = (size_t)gp_model_n_vocab(m);
     const cJSON *prompts = cJSON_GetObjectItem(ref, "prompts");
     const char *paths[] = {"scalar", "avx2", "avx512"};
@@ -111,12 +107,8 @@ static void check_paths(const char *name) {
         CHECK(k > 0 && worst <= TOL && same);
     }
     free(avx2);
-done:
     gp_cpu_force_simd(NULL);
-    gp_st_close(st);
-    cJSON_Delete(ref);
-    free(rj);
-    free(rs);
+    fx_refs_free(&rf);
     gp_model_free(m);
 }
 

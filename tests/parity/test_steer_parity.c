@@ -33,18 +33,18 @@ static void check_tokens(const char *what, const gp_gen_result *r, const cJSON *
 static void check_steering(const char *name) {
     gp_model *m = fx_load_model(name, 0);
     if (!m) return;
-    char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/reference.json", name);
-    char *rj = gp_test_fixture(rel);
-    snprintf(rel, sizeof rel, "models/%s/reference.safetensors", name);
-    char *rs = gp_test_fixture(rel);
-    cJSON *ref = rj ? fx_read_json(rj) : NULL;
-    gp_st_set *st = NULL;
-    if (rs) CHECK_STATUS(gp_st_open_file(rs, &st), GP_OK);
+    fx_refs rf;
+    if (fx_refs_load(name, &rf)) {
+        gp_model_free(m);
+        return;
+    }
+    cJSON *ref = rf.json;
+    gp_st_set *st = rf.st;
+    const char *rs = rf.st_path;
     gp_ctx *c = NULL;
     float *vec = NULL;
     int32_t nv = 0;
-    if (ref && st) {
+    {
         char spec[1100];
         snprintf(spec, sizeof spec, "%s:steer.vector", rs);
         CHECK_STATUS(gp_steer_vector_load(spec, &vec, &nv), GP_OK);
@@ -127,10 +127,7 @@ static void check_steering(const char *name) {
 done:
     gp_free(vec);
     gp_ctx_free(c);
-    gp_st_close(st);
-    cJSON_Delete(ref);
-    free(rj);
-    free(rs);
+    fx_refs_free(&rf);
     gp_model_free(m);
 }
 
