@@ -88,10 +88,12 @@ static gp_status bind_layer(gp_model *m, int i) {
     return GP_OK;
 }
 
-/* EOS/BOS from generation_config.json (they override config.json's, as transformers does). */
+/* transformers' defaults < generation_config.json (parsed once, with its EOS ids overriding config.json's) and the
+ * BOS id (generation_config.json, else config.json). */
 static gp_status read_generation_config(gp_model *m) {
-    m->n_gen_eos = m->cfg.n_eos;
-    memcpy(m->gen_eos, m->cfg.eos_ids, sizeof m->gen_eos);
+    m->gen = gp_gen_config_default();
+    m->gen.n_eos = m->cfg.n_eos;
+    memcpy(m->gen.eos_ids, m->cfg.eos_ids, sizeof m->gen.eos_ids);
     m->gen_bos = m->cfg.bos_id;
     char *path = gp_path_join(m->dir, "generation_config.json");
     if (!path) return GP_ERR_NOMEM;
@@ -100,35 +102,12 @@ static gp_status read_generation_config(gp_model *m) {
         return GP_OK;
     }
     m->gen_config_path = path;
-    char *text;
-    gp_status s = gp_read_file(path, 1u << 20, &text, NULL);
+    gp_status s = gp_gen_config_apply_json(&m->gen, path);
     if (s) return s;
-    cJSON *root = cJSON_Parse(text);
+    char *text;
+    if ((s = gp_read_file(path, 1u << 20, &text, NULL))) return s;
+    cJSON *root = cJSON_Parse(text); /* valid: apply_json accepted it */
     free(text);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return gp_set_error(GP_ERR_FORMAT, "%s: not a JSON object", path);
-    }
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
-    if (e && !cJSON_IsNull(e)) {
-        int n = 0;
-        if (cJSON_IsNumber(e)) m->gen_eos[n++] = (int32_t)e->valuedouble;
-        else if (cJSON_IsArray(e)) {
-            const cJSON *x;
-            cJSON_ArrayForEach(x, e) {
-                if (!cJSON_IsNumber(x) || n == GP_MAX_EOS) {
-                    cJSON_Delete(root);
-                    return gp_set_error(GP_ERR_FORMAT, "%s: field 'eos_token_id' must be up to %d ids", path,
-                                        GP_MAX_EOS);
-                }
-                m->gen_eos[n++] = (int32_t)x->valuedouble;
-            }
-        } else {
-            cJSON_Delete(root);
-            return gp_set_error(GP_ERR_FORMAT, "%s: field 'eos_token_id' must be an int or a list", path);
-        }
-        m->n_gen_eos = n;
-    }
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
     if (cJSON_IsNumber(b)) m->gen_bos = (int32_t)b->valuedouble;
     cJSON_Delete(root);
@@ -163,10 +142,6 @@ gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model
     if (s) goto fail;
     progress(params, 0.05f);
     if ((s = read_generation_config(m))) goto fail;
-    m->gen = gp_gen_config_default();
-    m->gen.n_eos = m->n_gen_eos < GP_MAX_EOS ? m->n_gen_eos : GP_MAX_EOS;
-    memcpy(m->gen.eos_ids, m->gen_eos, sizeof m->gen.eos_ids);
-    if (m->gen_config_path && (s = gp_gen_config_apply_json(&m->gen, m->gen_config_path))) goto fail;
     if ((s = gp_st_open_dir(dir, &m->st))) goto fail;
     progress(params, 0.3f);
 
@@ -246,6 +221,6 @@ uint64_t gp_model_decode_bytes(const gp_model *m) {
 }
 
 int32_t gp_model_eos_ids(const gp_model *m, int32_t *ids, int32_t cap) {
-    for (int32_t i = 0; i < m->n_gen_eos && i < cap; i++) ids[i] = m->gen_eos[i];
-    return m->n_gen_eos;
+    for (int32_t i = 0; i < m->gen.n_eos && i < cap; i++) ids[i] = m->gen.eos_ids[i];
+    return m->gen.n_eos;
 }

@@ -41,8 +41,6 @@ struct gp_model {
     float *inv_freq_sliding;/* [head_dim/2] of sliding-window layers */
     gp_tokenizer *tok;      /* NULL when the folder has none */
     char *gen_config_path;  /* DIR/generation_config.json if present, else NULL */
-    int32_t gen_eos[GP_MAX_EOS]; /* EOS ids: generation_config.json, else config.json */
-    int32_t n_gen_eos;
     int32_t gen_bos;
     gp_gen_config gen;      /* transformers' defaults < generation_config.json (owns its arrays, gen._owned) */
     const gp_backend *be;
