@@ -184,7 +184,7 @@ static int call_macro(tpl_render *r, const tpl_node *at, const tpl_macro *m, con
         for (uint32_t i = 0; i < def->params.n; i++) known |= tv_equal(a->kn[k], def->params.v[i]->value);
         if (!known && tv_dict_set(r->a, kwargs, a->kn[k], a->kv[k])) return oom(r, at);
     }
-    tv lv = {.t = TV_LIST}, dv = {.t = TV_DICT};
+    tv lv = {.t = TV_LIST, .tuple = 1}, dv = {.t = TV_DICT};
     lv.u.l = varargs;
     dv.u.d = kwargs;
     if (bind(r, f, at, tv_strn("varargs", 7), lv) || bind(r, f, at, tv_strn("kwargs", 6), dv)) return -1;
@@ -526,8 +526,7 @@ static int exec_for(tpl_render *r, tpl_frame *f, const tpl_node *n, tpl_buf *out
     tpl_loop *loop = tpl_alloc(r->a, sizeof *loop);
     if (!loop) return oom(r, n);
     loop->items = items;
-    tv outer = lookup(r, f, tv_strn("loop", 4));
-    loop->depth = outer.t == TV_LOOP ? ((tpl_loop *)outer.u.p)->depth + 1 : 1;
+    loop->depth = 1; /* loop.depth counts recursive loop() calls, which chat templates cannot make */
     tv lv = {.t = TV_LOOP};
     lv.u.p = loop;
     for (uint32_t i = 0; i < items->n; i++) {
