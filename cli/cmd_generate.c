@@ -11,7 +11,7 @@
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: genparity generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+            "usage: genparity generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json) [options]\n"
             "\n"
             "  --model DIR          Hugging Face model folder (default: the embedded models/shakespeare-llama)\n"
             "  --prompt TEXT        prompt text, encoded like transformers with add_special_tokens=True\n"
@@ -29,6 +29,8 @@ static void help(FILE *f) {
             "  --logit-bias-vector FILE[:TENSOR]  add alpha * (W_out @ vector) to the logits before the processors\n"
             "  --logit-bias-alpha A (default 1)\n"
             "\n");
+    cli_chat_flags_help(f);
+    fprintf(f, "\n");
     cli_ctx_flags_help(f);
     fprintf(f, "\n");
     cli_gen_flags_help(f);
@@ -37,15 +39,18 @@ static void help(FILE *f) {
 typedef struct stream_state {
     int has_text; /* the model has a tokenizer: print text pieces, else ids */
     int text;     /* streaming text to stdout */
+    const gp_tokenizer *stop_special; /* --stop-on-special: stop after any special token */
+    int stopped;
 } stream_state;
 
 static int on_token(const gp_token_event *ev, void *ud) {
     stream_state *st = ud;
-    if (!st->text) return 0;
+    if (st->stop_special && gp_tokenizer_is_special(st->stop_special, ev->id)) st->stopped = 1;
+    if (!st->text) return st->stopped;
     if (st->has_text) fwrite(ev->piece, 1, ev->piece_len, stdout);
     else printf("%d ", ev->id);
     fflush(stdout);
-    return 0;
+    return st->stopped;
 }
 
 static void print_ids(const int32_t *ids, int32_t n) {
@@ -124,6 +129,7 @@ int cmd_generate(int argc, char **argv) {
     int n_sf = 0;
     gp_ctx_params cp = gp_ctx_default_params();
     gp_gen_config scratch = gp_gen_config_default(); /* sampling flags are checked here, applied after loading */
+    cli_chat_opts co = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -135,7 +141,8 @@ int cmd_generate(int argc, char **argv) {
             ignore_eos = 1;
             continue;
         }
-        int gf = cli_gen_flag(argc, argv, &i, &scratch);
+        int gf = cli_chat_flag(argc, argv, &i, &co);
+        if (gf == 0) gf = cli_gen_flag(argc, argv, &i, &scratch);
         if (gf == 0) gf = cli_ctx_flag(argc, argv, &i, &cp);
         if (gf < 0) {
             cli_gen_flags_free();
@@ -186,8 +193,8 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "genparity generate: --format must be text or json\n");
         return 2;
     }
-    if (!prompt == !prompt_ids) {
-        fprintf(stderr, "genparity generate: give exactly one of --prompt or --prompt-ids\n");
+    if ((prompt != NULL) + (prompt_ids != NULL) + (co.messages != NULL) != 1) {
+        fprintf(stderr, "genparity generate: give exactly one of --prompt, --prompt-ids or --messages\n");
         return 2;
     }
     if (!model_dir) model_dir = cli_default_model();
@@ -207,12 +214,14 @@ int cmd_generate(int argc, char **argv) {
     gp_ctx *c = NULL;
     gp_gen_result r = {0};
     const gp_tokenizer *tok = gp_model_tokenizer(m);
-    if (!prompt_ids) {
+    if (co.messages) {
+        if (cli_chat_prompt(&co, model_dir, tok, &ids, &n_ids)) goto done;
+    } else if (!prompt_ids) {
         if (!tok) {
             fprintf(stderr, "genparity generate: %s has no tokenizer.json; use --prompt-ids\n", model_dir);
             goto done;
         }
-        if (gp_tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n_ids) != GP_OK) {
+        if (gp_tokenizer_encode(tok, prompt, strlen(prompt), !co.cont, &ids, &n_ids) != GP_OK) { /* appended text: no BOS */
             cli_fail("encoding the prompt");
             goto done;
         }
@@ -234,9 +243,9 @@ int cmd_generate(int argc, char **argv) {
         }
         int32_t nc;
         const int32_t *cached = gp_ctx_tokens(c, &nc);
-        if (nc > n_ids || memcmp(cached, ids, (size_t)nc * sizeof *ids)) {
-            fprintf(stderr, "genparity generate: the prompt (%d tokens) does not extend the %d tokens cached in %s\n",
-                    n_ids, nc, prompt_cache);
+        if (!co.cont && (nc > n_ids || memcmp(cached, ids, (size_t)nc * sizeof *ids))) {
+            fprintf(stderr, "genparity generate: the prompt (%d tokens) does not extend the %d tokens cached in %s "
+                    "(give the whole text, or --continue to append it after them)\n", n_ids, nc, prompt_cache);
             goto done;
         }
     }
@@ -248,8 +257,11 @@ int cmd_generate(int argc, char **argv) {
             i++;
 
     int32_t cached_before = gp_ctx_n_past(c);
-    stream_state st = {tok != NULL, !json};
-    gp_status s = gp_generate(c, ids, n_ids, &g, on_token, &st, &r);
+    stream_state st = {tok != NULL, !json, co.stop_on_special ? tok : NULL, 0};
+    gp_status s = co.cont ? gp_generate_continue(c, ids, n_ids, &g, on_token, &st, &r, NULL)
+                          : gp_generate(c, ids, n_ids, &g, on_token, &st, &r);
+    if (s == GP_ERR_CANCELLED && st.stopped) s = GP_OK; /* --stop-on-special */
+    if (s == GP_OK && co.save_cache && cli_save_cache(c, &cp, co.save_cache)) goto done;
     if (s != GP_OK) {
         cli_fail("generating");
         goto done;
@@ -282,10 +294,11 @@ int cmd_generate(int argc, char **argv) {
             }
             putchar(']');
         }
+        if (co.messages) cli_print_reply_fields(stdout, text, text ? tlen : 0);
         int gen_steps = r.n_tokens > 0 ? r.n_tokens - 1 : 0; /* the first token comes from the prefill */
         printf(",\"finish_reason\":\"%s\",\"prompt_tokens_per_s\":%.3f,\"generation_tokens_per_s\":%.3f,"
                "\"peak_memory_bytes\":%lld,\"kv_cache_bytes\":%llu,\"prompt_cache_tokens\":%d}\n",
-               gp_finish_reason_str(r.finish_reason), r.prompt_seconds > 0 ? r.n_prompt / r.prompt_seconds : 0.0,
+               st.stopped ? "stop" : gp_finish_reason_str(r.finish_reason), r.prompt_seconds > 0 ? r.n_prompt / r.prompt_seconds : 0.0,
                r.gen_seconds > 0 ? gen_steps / r.gen_seconds : 0.0, (long long)ru.ru_maxrss * 1024LL,
                (unsigned long long)gp_ctx_kv_bytes(c), cached_before);
     } else {

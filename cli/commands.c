@@ -42,6 +42,8 @@ const cli_command cli_commands[] = {
     {"chat-template", "render a conversation through a model's chat template (as apply_chat_template)",
      "genparity chat-template (--model DIR | --template FILE) --messages FILE.json [--tools FILE.json] [--add-generation-prompt]",
      cmd_chat_template},
+    {"chat", "interactive conversation (streams; KV cache kept across turns; /reset /save /load; Ctrl-C stops a reply)",
+     "genparity chat --model DIR [--system TEXT] [--kwargs JSON] [sampling flags]", cmd_chat},
     {"version", "print the version", "genparity version", cmd_version},
     {NULL, NULL, NULL, NULL},
 };

@@ -540,6 +540,15 @@ gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const 
 /* Frees the arrays inside a result and zeroes it; NULL is a no-op. */
 void gp_gen_result_free(gp_gen_result *r);
 
+/* gp_generate takes the WHOLE prompt and reuses the cache only where the prompt repeats the cached tokens (a prompt
+ * that does not extend them is prefilled from its first differing token: the cached context past that point is
+ * dropped).  gp_generate_continue is the other, explicit choice: it APPENDS ids after every token the current cache
+ * holds (the model sees cached tokens + ids; nothing cached is dropped or recomputed) and generates as gp_generate.
+ * *n_cached (may be NULL) receives how many cached tokens preceded ids.  Returns as gp_generate; GP_ERR_INVALID_ARG
+ * when n_ids <= 0; GP_ERR_NOMEM when cached + ids overflows. */
+gp_status gp_generate_continue(gp_ctx *c, const int32_t *ids, int32_t n_ids, const gp_gen_config *cfg,
+                               gp_token_cb on_token, void *user_data, gp_gen_result *result, int32_t *n_cached);
+
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Chat templates: Jinja2 rendered byte for byte as transformers' apply_chat_template(tokenize=False) renders it    */
