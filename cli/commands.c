@@ -39,6 +39,9 @@ const cli_command cli_commands[] = {
      "genparity bench --model DIR [--model DIR ...] [-p 512] [-n 128] [-r 5] [--threads T]", cmd_bench},
     {"make-model", "write a random-weight model folder of a real shape",
      "genparity make-model --shape NAME [--dtype f32|bf16|f16] [--seed N] [--layers N] -o DIR", cmd_make_model},
+    {"chat-template", "render a conversation through a model's chat template",
+     "genparity chat-template (--model DIR | --template FILE) --messages FILE.json [--add-generation-prompt]",
+     cmd_chat_template},
     {"version", "print the version", "genparity version", cmd_version},
     {NULL, NULL, NULL, NULL},
 };
