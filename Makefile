@@ -15,10 +15,11 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unused
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
+SERVER_LDLIBS = -lmicrohttpd
 LDFLAGS_ALL = -fopenmp $(SAN) $(LDFLAGS)
 
 LIB_SRC  := $(shell find src -name '*.c' | sort)
-CLI_SRC  := $(shell find cli -name '*.c' | sort)
+CLI_SRC  := $(shell find cli server -name '*.c' | sort)
 TEST_SRC := $(shell find tests -name '*.c' | sort)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
@@ -47,7 +48,7 @@ $(BUILD)/libgenparity.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
 
 $(BUILD)/genparity: $(CLI_OBJ) $(BUILD)/libgenparity.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS) $(SERVER_LDLIBS)
 
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libgenparity.a
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)

@@ -1,5 +1,6 @@
 /* main.c — entry point of the genparity tool: dispatches to a subcommand and holds shared CLI helpers. */
 #include "cli.h"
+#include "../server/server.h"
 #include "util/util.h"
 
 #include <cJSON.h>
@@ -26,6 +27,7 @@ static void usage(FILE *f) {
             "  validate     steering validation harness (determinism, divergence, suspect lines, KL)\n"
             "  bench        llama-bench-style speed test (genparity bench --help)\n"
             "  make-model   write a random-weight model folder of a real shape (genparity make-model --help)\n"
+            "  serve        OpenAI-compatible HTTP server (genparity serve --help)\n"
             "  version      print the version\n",
             gp_version());
 }
@@ -167,6 +169,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "validate")) return cmd_validate(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "make-model")) return cmd_make_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("genparity %s\n", gp_version());
         return 0;
