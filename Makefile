@@ -1,6 +1,7 @@
 # genparity — build, test and benchmark.
 #   make            build/genparity, build/libgenparity.a, build/libgenparity.so
-#   make test       build and run the whole suite (ends with "N passed, N failed, N skipped")
+#   make test       build and run the whole suite (ends with "N passed, N failed, N skipped"), then the Python
+#                   tests (python/tests, pytest from .venv; scripts/python-tests.sh)
 #   make asan       the unit suite once under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   make bench-tokenizer  tokenizer load time and encode/decode MB/s on the fixture tokenizers
 #   make demo       generate Shakespeare-like text from the embedded model
@@ -62,6 +63,7 @@ $(BUILD)/header-check.stamp: include/genparity.h
 
 test: all $(BUILD)/run_tests $(BUILD)/header-check.stamp
 	GENPARITY_BIN=$(BUILD)/genparity ./$(BUILD)/run_tests $(T)
+	GENPARITY_BIN=$(BUILD)/genparity sh scripts/python-tests.sh $(T)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \

@@ -181,8 +181,8 @@ def _candidates() -> list[Path]:
     env = os.environ.get("GENPARITY_LIB")
     here = Path(__file__).resolve().parent
     out = [Path(env)] if env else []
-    out.append(here / "libgenparity.so")                     # pip install copies it into the package
     out.append(here.parent.parent / "build" / "libgenparity.so")  # PYTHONPATH=python from a built checkout
+    out.append(here / "libgenparity.so")                          # pip install puts it into the package
     return out
 
 
