@@ -9,6 +9,7 @@
  *   3. add one row below: name, one-line summary (shown by `genparity --help`), usage line.  Rows appear in this
  *      order in the help; keep related commands together. */
 #include "cli.h"
+#include "../server/server.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -42,6 +43,9 @@ const cli_command cli_commands[] = {
     {"chat-template", "render a conversation through a model's chat template",
      "genparity chat-template (--model DIR | --template FILE) --messages FILE.json [--add-generation-prompt]",
      cmd_chat_template},
+    {"serve", "OpenAI-compatible HTTP server",
+     "genparity serve --model DIR [--host 127.0.0.1] [--port 8080] [--parallel N] [--max-queue M] [--api-key KEY]",
+     cmd_serve},
     {"version", "print the version", "genparity version", cmd_version},
     {NULL, NULL, NULL, NULL},
 };
