@@ -9,6 +9,7 @@
  *   3. add one row below: name, one-line summary (shown by `genparity --help`), usage line.  Rows appear in this
  *      order in the help; keep related commands together. */
 #include "cli.h"
+#include "../server/server.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +45,9 @@ const cli_command cli_commands[] = {
      cmd_chat_template},
     {"chat", "interactive conversation (streams; KV cache kept across turns; /reset /save /load; Ctrl-C stops a reply)",
      "genparity chat --model DIR [--system TEXT] [--kwargs JSON] [sampling flags]", cmd_chat},
+    {"serve", "OpenAI-compatible HTTP server",
+     "genparity serve --model DIR [--host 127.0.0.1] [--port 8080] [--parallel N] [--max-queue M] [--api-key KEY]",
+     cmd_serve},
     {"version", "print the version", "genparity version", cmd_version},
     {NULL, NULL, NULL, NULL},
 };
