@@ -557,8 +557,9 @@ gp_status gp_generate_continue(gp_ctx *c, const int32_t *ids, int32_t n_ids, con
 
 typedef struct gp_chat_template gp_chat_template;
 
-/* Loads a model folder's chat template(s): DIR/chat_template.jinja if present, else tokenizer_config.json's
- * "chat_template" (a string, or a list of {"name", "template"}), plus tokenizer_config.json's special tokens
+/* Loads a model folder's chat template(s) as transformers 5 does: DIR/chat_template.jinja ("default") and
+ * DIR/additional_chat_templates/NAME.jinja if present, else tokenizer_config.json's "chat_template" (a string, or a
+ * list of {"name", "template"}), plus tokenizer_config.json's special tokens
  * (bos_token, eos_token, unk_token, sep_token, pad_token, cls_token, mask_token) as template variables.  Returns GP_OK
  * and *out (caller frees with gp_chat_template_free); GP_ERR_MISSING when the folder has no template;
  * GP_ERR_FORMAT ("file:line:col: ...") when a template does not parse. */

@@ -164,7 +164,7 @@ static int eval_args(tpl_render *r, tpl_frame *f, const tpl_node *n, tpl_args *a
 
 static int call_macro(tpl_render *r, const tpl_node *at, const tpl_macro *m, const tpl_args *a, tv *out) {
     const tpl_node *def = m->def;
-    if (++r->depth > TPL_MAX_DEPTH) return tpl_err(r, at, "macro calls nested too deeply (limit %d)", TPL_MAX_DEPTH);
+    if (++r->calls > TPL_MAX_DEPTH) return tpl_err(r, at, "macro calls nested too deeply (limit %d)", TPL_MAX_DEPTH);
     tpl_frame *f = frame_new(r, m->closure);
     tv_list *varargs = tv_list_new(r->a, 0);
     tv_dict *kwargs = tv_dict_new(r->a, 0);
@@ -196,7 +196,7 @@ static int call_macro(tpl_render *r, const tpl_node *at, const tpl_macro *m, con
         if (out->t != TV_STR) rc = oom(r, at);
     }
     tpl_buf_free(&b);
-    r->depth--;
+    r->calls--;
     return rc == FLOW_ERR ? -1 : 0;
 }
 
@@ -481,7 +481,7 @@ static int eval_inner(tpl_render *r, tpl_frame *f, const tpl_node *n, tv *out) {
 }
 
 static int eval(tpl_render *r, tpl_frame *f, const tpl_node *n, tv *out) {
-    if (++r->depth > 4 * TPL_MAX_DEPTH) return tpl_err(r, n, "template nested too deeply");
+    if (++r->depth > TPL_MAX_EVAL_DEPTH) return tpl_err(r, n, "template nested too deeply (limit %d)", TPL_MAX_EVAL_DEPTH);
     int rc = eval_inner(r, f, n, out);
     r->depth--;
     return rc;
@@ -616,7 +616,7 @@ static int exec_stmt(tpl_render *r, tpl_frame *f, const tpl_node *n, tpl_buf *ou
 }
 
 static int exec_body(tpl_render *r, tpl_frame *f, const tpl_nodes *body, tpl_buf *out) {
-    if (++r->depth > 4 * TPL_MAX_DEPTH) return tpl_err(r, body->n ? body->v[0] : NULL, "template nested too deeply");
+    if (++r->depth > TPL_MAX_EVAL_DEPTH) return tpl_err(r, body->n ? body->v[0] : NULL, "template nested too deeply (limit %d)", TPL_MAX_EVAL_DEPTH);
     for (uint32_t i = 0; i < body->n; i++) {
         int rc = exec_stmt(r, f, body->v[i], out);
         if (out->oom) rc = tpl_err(r, body->v[i], "output exceeds the %u MiB limit", TPL_MAX_OUTPUT >> 20);
@@ -666,7 +666,7 @@ gp_status tpl_render_run(tpl_render *r, const tpl_program *p, char **out, size_t
     r->err[0] = 0;
     r->raised = 0;
     r->iterations = 0;
-    r->depth = 0;
+    r->depth = r->calls = 0;
     tpl_frame *top = frame_new(r, NULL);
     tpl_buf b = {0};
     int rc = top ? exec_body(r, top, &p->body, &b) : oom(r, NULL);
