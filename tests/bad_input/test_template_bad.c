@@ -165,3 +165,53 @@ TEST(template_hostile_bytes) {
     gp_free(text);
     gp_chat_template_free(t);
 }
+
+#include <dirent.h>
+
+/* Every prefix (cut every 61 bytes) of every real template of the corpus, and the same with one byte flipped: a
+ * clear status each time (GP_OK, GP_ERR_FORMAT with a position, or GP_ERR_TEMPLATE), never a crash (ASan run). */
+TEST(template_truncated_and_mutated_real_templates) {
+    DIR *d = opendir("tests/data/templates");
+    REQUIRE(d);
+    int n_runs = 0, n_bad_status = 0;
+    const char *msgs = "[{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": \"u\"},"
+                       " {\"role\": \"assistant\", \"content\": \"a\", \"tool_calls\": [{\"type\": \"function\", \"function\":"
+                       " {\"name\": \"f\", \"arguments\": {\"x\": 1}}}]}, {\"role\": \"tool\", \"content\": \"r\"}]";
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strstr(e->d_name, ".jinja")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "tests/data/templates/%s", e->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        char *src = malloc(1 << 20);
+        size_t len = src ? fread(src, 1, (1 << 20) - 1, f) : 0;
+        fclose(f);
+        for (size_t cut = 1; src && cut <= len; cut += 61) {
+            for (int flip = 0; flip < 2; flip++) {
+                char save = src[cut - 1];
+                if (flip) src[cut - 1] = "{}%#-()'\"|"[cut % 10];
+                gp_chat_template *t = NULL;
+                gp_status st = gp_chat_template_from_string(src, flip ? len : cut, NULL, e->d_name, &t);
+                if (st == GP_OK) {
+                    gp_chat_opts o = gp_chat_opts_default();
+                    char *out = NULL;
+                    o.messages_json = msgs;
+                    o.tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}]";
+                    o.add_generation_prompt = 1;
+                    st = gp_chat_template_render(t, &o, &out, NULL);
+                    gp_free(out);
+                }
+                if (st != GP_OK && st != GP_ERR_FORMAT && st != GP_ERR_TEMPLATE) n_bad_status++;
+                if (st == GP_ERR_FORMAT && !strstr(gp_errmsg(), e->d_name)) n_bad_status++;
+                gp_chat_template_free(t);
+                src[cut - 1] = save;
+                n_runs++;
+            }
+        }
+        free(src);
+    }
+    closedir(d);
+    NOTE("%d truncated/mutated templates parsed and rendered; %d with an unexpected status", n_runs, n_bad_status);
+    CHECK(n_runs > 1000);
+    CHECK_EQ_INT(n_bad_status, 0);
+}
