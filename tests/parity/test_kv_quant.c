@@ -29,7 +29,7 @@ static gp_ctx_params qparams(int bits, int chunk) {
     p.kv_group_size = 32;
     p.quantized_kv_start = 3;
     p.prefill_chunk = chunk;
-    p.n_threads = 2;
+    p.n_threads = 1;
     return p;
 }
 
