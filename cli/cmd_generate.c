@@ -3,6 +3,8 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>

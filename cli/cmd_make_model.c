@@ -123,8 +123,13 @@ static gp_status fill(void *user, int32_t i, uint64_t offset, void *buf, size_t 
 }
 
 static int copy_file(const char *src, const char *dst) {
-    FILE *a = fopen(src, "rb");
-    if (!a) return -1;
+    int fd;
+    if (gp_open_regular(src, &fd) != GP_OK) return -1; /* a FIFO in the source folder must not block */
+    FILE *a = fdopen(fd, "rb");
+    if (!a) {
+        close(fd);
+        return -1;
+    }
     FILE *b = fopen(dst, "wb");
     if (!b) {
         fclose(a);

@@ -128,6 +128,8 @@ int32_t gp_sample_multinomial(const float *scores, int32_t n, double u, float *p
 
 /* Fills top [k] with the k largest of logp [n] (descending; ties: lower id first). */
 void gp_top_n(const float *logp, int32_t n, int32_t k, gp_top_logprob *top);
+/* Writes why scores [n] leave nothing to sample (NaN / +inf entries, or all -inf) into buf [cap]. */
+void gp_scores_diagnose(const float *scores, int32_t n, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* Stop strings over the generated text                                                                              */
