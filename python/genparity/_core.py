@@ -86,7 +86,8 @@ class Tokenizer:
             lib.gp_free(ids)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Returns the text of ids, like transformers' decode; GenparityError for an id outside the vocabulary."""
+        """Returns the text of ids, like transformers' decode (ids past the vocabulary decode to ""); GenparityError
+        for a negative id."""
         a = _ids_array(ids)
         text, n = POINTER(c_char)(), c_size_t()
         check(lib.gp_tokenizer_decode(self._h, _i32ptr(a), a.size, int(skip_special_tokens), byref(text),

@@ -181,8 +181,9 @@ def test_errors_carry_the_library_message(tmp_path):
     assert "nope" in str(e.value) and e.value.status.startswith("GP_ERR_")
     model, tok = load("tiny-llama")
     with pytest.raises(genparity.GenparityError) as e:
-        tok.decode([model.n_vocab + 5])
+        tok.decode([1, -5])
     assert e.value.status == "GP_ERR_RANGE"
+    assert tok.decode([model.n_vocab + 5]) == ""  # like tokenizers' decode (genparity.h)
     with pytest.raises(genparity.GenparityError):
         genparity.generate_ids(model, [1, model.n_vocab + 1], 4)
     with pytest.raises(genparity.GenparityError) as e:
