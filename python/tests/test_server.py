@@ -204,3 +204,20 @@ def test_concurrent_streams_identical_and_queue_limit(start_server):
     assert len(texts) == 1
     h = srv.health()
     assert h["queue_high_water"] <= 2 and h["rejected"] == codes.count(429)
+
+
+def test_bad_flags_exit_2_with_a_message(start_server):
+    import subprocess
+    from conftest import genparity_bin
+    for args, words in [(["--port", "abc"], "--port"), (["--parallel", "0"], "--parallel"), (["--bogus"], "--bogus"),
+                        (["--max-queue"], "needs a value"), (["--adapter", "x"], "adapter")]:
+        p = subprocess.run([str(genparity_bin()), "serve", *args], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and words in p.stderr, (args, p.returncode, p.stderr)
+    p = subprocess.run([str(genparity_bin()), "serve", "--model", "/nonexistent/model"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1 and "/nonexistent/model" in p.stderr
+    srv = start_server(model_dir("tiny-llama"))
+    port = srv.url.rsplit(":", 1)[1]
+    p = subprocess.run([str(genparity_bin()), "serve", "--model", str(model_dir("tiny-llama")), "--port", port],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "cannot listen" in p.stderr
