@@ -119,6 +119,10 @@ int cmd_serve(int argc, char **argv) {
     atomic_init(&s.active_requests, 0);
     if (gp_model_load(o.model, NULL, &s.model) != GP_OK) return cli_fail("loading the model");
     s.tok = gp_model_tokenizer(s.model);
+    gp_status ts = s.tok ? gp_chat_template_load(o.model, &s.tmpl) : GP_ERR_MISSING;
+    if (ts != GP_OK && ts != GP_ERR_MISSING)
+        fprintf(stderr, "genparity serve: warning: the chat template does not load (%s); /v1/chat/completions will "
+                        "answer 400\n", gp_errmsg());
     s.n_vocab = gp_model_n_vocab(s.model);
     const char *base = o.model + strlen(o.model);
     while (base > o.model && base[-1] == '/') base--;
@@ -144,6 +148,7 @@ int cmd_serve(int argc, char **argv) {
         rc = 0;
     }
     slots_stop(&s);
+    gp_chat_template_free(s.tmpl);
     gp_model_free(s.model);
     pthread_mutex_destroy(&s.mu);
     pthread_cond_destroy(&s.idle_cv);
