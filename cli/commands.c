@@ -45,7 +45,7 @@ const cli_command cli_commands[] = {
      cmd_chat_template},
     {"chat", "interactive conversation (streams; KV cache kept across turns; /reset /save /load; Ctrl-C stops a reply)",
      "genparity chat --model DIR [--system TEXT] [--kwargs JSON] [sampling flags]", cmd_chat},
-    {"serve", "OpenAI-compatible HTTP server",
+    {"serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, SSE, slots, queue)",
      "genparity serve --model DIR [--host 127.0.0.1] [--port 8080] [--parallel N] [--max-queue M] [--api-key KEY]",
      cmd_serve},
     {"version", "print the version", "genparity version", cmd_version},

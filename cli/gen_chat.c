@@ -91,16 +91,6 @@ void cli_print_reply_fields(FILE *f, const char *text, size_t len) {
 }
 
 int cli_save_cache(const gp_ctx *c, const gp_ctx_params *cp, const char *path) {
-    /* The cache file must hold exactly the evaluated positions: a context whose buffers grew past them (capacity
-     * doubling during generation) writes rows that gp_ctx_cache_load then refuses (src/cache save/load mismatch,
-     * reported to the cache owner).  Until that is fixed, the tokens are re-evaluated into a fresh context of the
-     * same parameters (bit-identical: prefill results do not depend on chunking) and that one is saved. */
-    int32_t n = 0;
-    const int32_t *ids = gp_ctx_tokens(c, &n);
-    gp_ctx *f = NULL;
-    gp_status s = gp_ctx_init(gp_ctx_model(c), cp, &f);
-    if (s == GP_OK && n > 0) s = gp_ctx_prefill(f, ids, n, NULL, NULL);
-    if (s == GP_OK) s = gp_ctx_cache_save(f, path);
-    gp_ctx_free(f);
-    return s == GP_OK ? 0 : cli_fail("--save-cache");
+    (void)cp;
+    return gp_ctx_cache_save((gp_ctx *)c, path) == GP_OK ? 0 : cli_fail("--save-cache");
 }
