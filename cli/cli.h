@@ -60,6 +60,7 @@ int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p);
 void cli_ctx_flags_help(FILE *f);
 int cmd_make_model(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv); /* server/serve.c: the OpenAI-compatible HTTP server */
 int cmd_chat_template(int argc, char **argv);
 
 /* Chat helpers (cli/cmd_chat.c): ISO-8601 date to epoch seconds (0, or -1 if malformed); whole file as a malloc'd
