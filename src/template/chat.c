@@ -80,7 +80,7 @@ static gp_status read_config(gp_chat_template *t, const char *path, int want_tem
     cJSON *j = NULL;
     gp_status st = gp_read_file(path, GP_JSON_CONFIG_BYTES, &data, &len);
     if (st != GP_OK) return st;
-    st = gp_json_parse(path, data, len, GP_JSON_CONFIG_TREE, 0, &j); /* bounded; NOMEM reported as NOMEM */
+    st = gp_json_parse(path, data, len, GP_JSON_CONFIG_TREE, GP_JSON_NO_DUP_KEYS, &j); /* bounded, no duplicate keys */
     free(data);
     if (st != GP_OK) return st;
     if (!cJSON_IsObject(j)) {
