@@ -137,7 +137,7 @@ gp_status gp_cache_push_ids(gp_cache *c, const int32_t *ids, int32_t n) {
         c->ids = v;
         c->ids_cap = cap;
     }
-    memcpy(c->ids + c->n_past, ids, (size_t)n * sizeof *ids);
+    if (n) memcpy(c->ids + c->n_past, ids, (size_t)n * sizeof *ids);
     return GP_OK;
 }
 
@@ -274,7 +274,7 @@ gp_status gp_cache_fork(const gp_cache *src, const char *name, gp_cache **out) {
         return GP_ERR_NOMEM;
     }
     memcpy(c->L, src->L, (size_t)src->n_layers * sizeof *c->L);
-    memcpy(c->ids, src->ids, (size_t)src->n_past * sizeof *c->ids);
+    if (src->n_past) memcpy(c->ids, src->ids, (size_t)src->n_past * sizeof *c->ids); /* ids may be NULL when empty */
     for (int32_t l = 0; l < c->n_layers; l++) {
         if (c->L[l].k) c->L[l].k->refs++;
         if (c->L[l].v) c->L[l].v->refs++;
