@@ -3,6 +3,8 @@
 #   make test       build and run the whole suite (ends with "N passed, N failed, N skipped")
 #   make asan       the unit suite once under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   make bench-tokenizer  tokenizer load time and encode/decode MB/s on the fixture tokenizers
+#   make bench-compare    genparity and llama.cpp side by side on the same weights (bench/compare.sh; needs
+#                         LLAMA_BENCH and LLAMA_CPP_DIR from a fetched llama.cpp, never committed)
 #   make demo       generate Shakespeare-like text from the embedded model
 #   make deps       install the Debian packages the build needs (as root), else print the apt-get line
 #   make fuzz       build the libFuzzer targets of fuzz/ (clang; ASan + UBSan incl. float-cast-overflow, build-fuzz/)
@@ -28,7 +30,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 
-.PHONY: all test asan tsan fuzz fuzz-build fuzz-lib demo deps clean bench bench-tokenizer header-check
+.PHONY: all test asan tsan fuzz fuzz-build fuzz-lib demo deps clean bench bench-compare bench-tokenizer header-check
 
 all: deps-check $(BUILD)/genparity $(BUILD)/libgenparity.a $(BUILD)/libgenparity.so
 
@@ -121,6 +123,9 @@ demo: all
 
 bench: all
 	sh bench/run.sh
+
+bench-compare: all
+	sh bench/compare.sh
 
 FIXTURES ?= ../shared/fixtures
 $(BUILD)/bench_tokenizer: bench/bench_tokenizer.c $(BUILD)/libgenparity.a

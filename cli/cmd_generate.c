@@ -1,7 +1,6 @@
 /* cmd_generate.c — `genparity generate`: load a model, run a prompt, print text (streamed) or one JSON object with
  * prompt_ids, tokens, text, finish_reason, prompt_tokens_per_s, generation_tokens_per_s, peak_memory_bytes. */
 #include "cli.h"
-#include "util/util.h"
 
 #include <stdio.h>
 #include <float.h>

@@ -3,8 +3,6 @@
  * from the fixtures) so benchmarks run on real sizes without a download.  Weights are streamed to disk in chunks:
  * a multi-GB checkpoint is never held in memory. */
 #include "cli.h"
-#include "io/safetensors.h"
-#include "util/util.h"
 
 #include <errno.h>
 #include <limits.h>

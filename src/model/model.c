@@ -2,10 +2,9 @@
  * tensor the architecture needs (checking name, dtype and shape), loads the tokenizer.  All or nothing: on any
  * error everything is released and the message names the file and the field or tensor. */
 #include "model/model.h"
-#include "sample/sample.h"
+#include "model/gen_config.h"
 #include "util/util.h"
 
-#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +88,7 @@ static gp_status bind_layer(gp_model *m, int i) {
 }
 
 /* transformers' defaults < generation_config.json (parsed once, with its EOS ids overriding config.json's) and the
- * BOS id (generation_config.json, else config.json). */
+ * BOS id (generation_config.json, else config.json); every id is checked against the vocabulary. */
 static gp_status read_generation_config(gp_model *m) {
     m->gen = gp_gen_config_default();
     m->gen.n_eos = m->cfg.n_eos;
@@ -102,16 +101,7 @@ static gp_status read_generation_config(gp_model *m) {
         return GP_OK;
     }
     m->gen_config_path = path;
-    gp_status s = gp_gen_config_apply_json(&m->gen, path);
-    if (s) return s;
-    char *text;
-    if ((s = gp_read_file(path, 1u << 20, &text, NULL))) return s;
-    cJSON *root = cJSON_Parse(text); /* valid: apply_json accepted it */
-    free(text);
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
-    if (cJSON_IsNumber(b)) m->gen_bos = (int32_t)b->valuedouble;
-    cJSON_Delete(root);
-    return GP_OK;
+    return gp_gen_config_load_json(&m->gen, path, m->cfg.n_vocab, &m->gen_bos);
 }
 
 static void progress(const gp_model_params *p, float f) {
