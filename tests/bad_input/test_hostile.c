@@ -6,6 +6,7 @@
 #include "genparity.h"
 #include "io/safetensors.h"
 #include "sample/sample.h"
+#include "fixtures.h"
 #include "tokenizer/tok_internal.h"
 #include "util/util.h"
 #include "test.h"
@@ -364,4 +365,32 @@ TEST(steer_alpha_nan_and_keep_without_rotation_refused) {
     free(v);
     gp_ctx_free(c);
     gp_model_free(m);
+}
+
+/* Issue 17.12 + 17.7 through the CLI: --steer-alpha nan, --keep without --max-kv-size, a FIFO as --steer-vector. */
+TEST(cli_hostile_flags_refused) {
+    char cmd[2048], *out;
+    char *dir = gp_test_tmpdir();
+    char *fifo = gp_path_join(dir, "v.npy");
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    float v[256] = {0};
+    char *vec = write_bytes("v.f32", v, sizeof v);
+    snprintf(cmd, sizeof cmd, "%s generate --prompt-ids 1,2 --max-tokens 1 --steer-vector '%s' --steer-layer 0 "
+             "--steer-alpha nan", fx_bin(), vec);
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 2);
+    CHECK(out && strstr(out, "--steer-alpha"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate --prompt-ids 1,2 --max-tokens 1 --keep 4", fx_bin());
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 1);
+    CHECK(out && strstr(out, "max_kv_size"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate --prompt-ids 1,2 --max-tokens 1 --steer-vector '%s' --steer-layer 0",
+             fx_bin(), fifo);
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 1);
+    CHECK(out && strstr(out, "FIFO"));
+    if (out) NOTE("FIFO as --steer-vector: %.160s", out);
+    free(out);
+    free(vec);
+    free(fifo);
+    free(dir);
 }
