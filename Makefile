@@ -110,7 +110,7 @@ fuzz: all fuzz-build
 		mkdir -p build-fuzz/corpus/$$t; \
 		echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
 		ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 GENPARITY_FIXTURES=$(FIXTURES) \
-		./build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=20 -rss_limit_mb=4096 \
+		./build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 -rss_limit_mb=4096 \
 			-print_final_stats=1 -artifact_prefix=build-fuzz/crash-$$t- \
 			build-fuzz/corpus/$$t build-fuzz/seeds/$$t 2>build-fuzz/fuzz_$$t.log \
 			|| { tail -60 build-fuzz/fuzz_$$t.log; echo "fuzz_$$t: FAILED (input saved as build-fuzz/crash-$$t-*)"; exit 1; }; \

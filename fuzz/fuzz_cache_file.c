@@ -6,14 +6,16 @@
 static gp_model *g_m;
 static gp_ctx *g_c;
 
+int LLVMFuzzerInitialize(int *argc, char ***argv) { /* the model loads once, outside every unit's timeout */
+    FZ_CHECK(gp_model_load(FZ_MODEL, NULL, &g_m) == GP_OK);
+    gp_ctx_params p = gp_ctx_default_params();
+    p.n_threads = 1;
+    p.n_ctx = 256;
+    FZ_CHECK(gp_ctx_init(g_m, &p, &g_c) == GP_OK);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (!g_m) {
-        FZ_CHECK(gp_model_load(FZ_MODEL, NULL, &g_m) == GP_OK);
-        gp_ctx_params p = gp_ctx_default_params();
-        p.n_threads = 1;
-        p.n_ctx = 256;
-        FZ_CHECK(gp_ctx_init(g_m, &p, &g_c) == GP_OK);
-    }
     gp_ctx_reset(g_c);
     const char *path = fz_write("cache.safetensors", data, size);
     if (gp_ctx_cache_load(g_c, path) != GP_OK) {

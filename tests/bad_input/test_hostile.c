@@ -156,6 +156,9 @@ TEST(fifo_paths_refused_without_blocking) {
     int fd;
     CHECK_STATUS(gp_open_regular(dir, &fd), GP_ERR_IO);
     check_msg("directory", "directory");
+    CHECK_STATUS(gp_open_write(paths[4], &fd), GP_ERR_IO); /* writing to a FIFO without a reader */
+    check_msg("write", "FIFO");
+    CHECK_STATUS(gp_open_write(dir, &fd), GP_ERR_IO);
     gp_ctx_free(c);
     gp_model_free(m);
     for (int k = 0; k < 5; k++) free(paths[k]);
