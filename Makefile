@@ -1,6 +1,7 @@
 # genparity — build, test and benchmark.
 #   make            build/genparity, build/libgenparity.a, build/libgenparity.so
-#   make test       build and run the whole suite (ends with "N passed, N failed, N skipped")
+#   make test       build and run the whole suite (ends with "N passed, N failed, N skipped"), then the Python
+#                   tests (python/tests, pytest from .venv; scripts/python-tests.sh)
 #   make asan       the unit suite once under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   make bench-tokenizer  tokenizer load time and encode/decode MB/s on the fixture tokenizers
 #   make bench-compare    genparity and llama.cpp side by side on the same weights (bench/compare.sh; needs
@@ -20,10 +21,11 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unused
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
+SERVER_LDLIBS = -lmicrohttpd
 LDFLAGS_ALL = -fopenmp $(SAN) $(LDFLAGS)
 
 LIB_SRC  := $(shell find src -name '*.c' | sort)
-CLI_SRC  := $(shell find cli -name '*.c' | sort)
+CLI_SRC  := $(shell find cli server -name '*.c' | sort)
 TEST_SRC := $(shell find tests -name '*.c' | sort)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
@@ -52,7 +54,7 @@ $(BUILD)/libgenparity.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
 
 $(BUILD)/genparity: $(CLI_OBJ) $(BUILD)/libgenparity.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS) $(SERVER_LDLIBS)
 
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libgenparity.a
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
@@ -66,6 +68,7 @@ $(BUILD)/header-check.stamp: include/genparity.h
 
 test: all $(BUILD)/run_tests $(BUILD)/header-check.stamp
 	GENPARITY_BIN=$(BUILD)/genparity ./$(BUILD)/run_tests $(T)
+	GENPARITY_BIN=$(BUILD)/genparity sh scripts/python-tests.sh $(T)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
