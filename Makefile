@@ -102,8 +102,12 @@ fuzz-lib:
 	$(MAKE) BUILD=build-fuzz FUZZ_LIB=1 CC=$(FUZZ_CC) OPT=-O1 SAN="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" \
 		build-fuzz/libgenparity.a
 
+# sources a target needs beyond the library
+FUZZ_EXTRA_oai_request = server/oai.c server/slots.c
+
 build-fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h fuzz-lib
-	$(FUZZ_CC) $(CFLAGS_BASE) -O1 -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $< build-fuzz/libgenparity.a $(LDLIBS)
+	$(FUZZ_CC) $(CFLAGS_BASE) -O1 -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $< $(FUZZ_EXTRA_$*) build-fuzz/libgenparity.a \
+		$(LDLIBS)
 
 fuzz-build: $(FUZZ_BINS)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """fuzz_seeds.py — writes the seed corpora of the libFuzzer targets (fuzz/fuzz_<name>.c) from the fixtures and the
 embedded model: small safetensors files (a few real tensors each), .npy / raw vectors, every config.json and
-generation_config.json, tokenizer.json files cut to a few hundred ids (normalizers, pre-tokenizers, decoders and
+generation_config.json, the fixtures' chat templates with the reference conversations, tokenizer.json files cut to a
+few hundred ids (normalizers, pre-tokenizers, decoders and
 post-processors kept), text for encode, id streams for the detokenizer, real KV-cache files (made with the
 genparity CLI when build/genparity exists) and context-operation scripts.  Seeds are generated, never committed.
 
@@ -149,6 +150,42 @@ def main():
         ops = bytes([0, 5, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 2, 3, 4, 0x0c, 5, 0x0d, 0, 3, 9, 1, 10, 1, 11, 1,
                      3, 2, 7, 0, 2, 1, 0, 2, 0, 3, 0, 4, 0])
         write(a.out, "ctx_ops", "k%02x" % kind, bytes([kind]) + ops)
+
+    # chat templates: every fixture tokenizer_config.json's template, "TEMPLATE\0MESSAGES" with the reference's
+    # conversations (as JSON) and alone
+    convs = []
+    ref = os.path.join(a.fixtures, "references", "chat_templates.json")
+    if os.path.exists(ref):
+        import ast
+        for cases in json.load(open(ref, encoding="utf-8")).values():
+            for c in cases[:6]:
+                try:
+                    convs.append(json.dumps(ast.literal_eval(c["messages"])))
+                except (ValueError, SyntaxError, KeyError):
+                    pass
+    for cfg in sorted(glob.glob(os.path.join(a.fixtures, "*", "*", "tokenizer_config.json"))):
+        tpl = json.load(open(cfg, encoding="utf-8")).get("chat_template")
+        if isinstance(tpl, list):
+            tpl = tpl[0].get("template") if tpl and isinstance(tpl[0], dict) else None
+        if not isinstance(tpl, str):
+            continue
+        tag = os.path.basename(os.path.dirname(cfg))
+        write(a.out, "chat_template", tag, tpl.encode("utf-8"))
+        for i, m in enumerate(convs[:4]):
+            write(a.out, "chat_template", "%s-%d" % (tag, i), tpl.encode("utf-8") + b"\0" + m.encode("utf-8"))
+
+    # OpenAI request bodies for the server's parser: first byte 0 = /v1/completions, 1 = /v1/chat/completions
+    bodies = [
+        (0, {"model": "m", "prompt": "ROMEO:", "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "stop": ["\n"]}),
+        (0, {"prompt": [1, 450, 1058], "max_tokens": 4, "logprobs": 2, "seed": 3, "logit_bias": {"13": -100}}),
+        (0, {"prompt": "x", "stream": True, "stream_options": {"include_usage": True}, "n": 1, "echo": False}),
+        (1, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "frequency_penalty": 0.5,
+             "presence_penalty": 0.2, "logprobs": True, "top_logprobs": 3}),
+        (1, {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text",
+             "text": "t"}]}], "stop": "END", "max_completion_tokens": 3}),
+    ]
+    for i, (kind, b) in enumerate(bodies):
+        write(a.out, "oai_request", "r%d" % i, bytes([kind]) + json.dumps(b).encode())
 
     # KV-cache files from the CLI (float32, 8-bit quantized, rotating)
     if os.path.exists(a.bin):

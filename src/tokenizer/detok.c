@@ -155,8 +155,10 @@ gp_status gp_detok_push(gp_detok *d, int32_t id, const char **piece) {
         hold = safe_hold(d, hold);
     }
     size_t stable = d->text.len, kept = 0;
-    if (ends_with_fffd(&d->text) && hold == 0) {
-        /* even the whole window ends in U+FFFD: hold it back too, the next ids may complete the character */
+    if (ends_with_fffd(&d->text)) {
+        /* the decoded part still ends in U+FFFD (the whole window, or MAX_FFFD_HOLD ids were not enough): hold that
+         * U+FFFD back too, the next ids may complete its character.  What precedes it is final: a U+FFFD stands for a
+         * maximal invalid subsequence, and only the last one can still grow into a character. */
         stable -= 3;
         kept = 1;
     }
