@@ -276,6 +276,26 @@ TEST(null_handles_one_rule) {
     CHECK(isnan(gp_logits_kl(NULL, NULL, 3)));
     CHECK(gp_logits_kl(NULL, NULL, 0) == 0.0);
     CHECK_EQ_INT(gp_text_suspect(NULL, 3), 0);
+    char *text = NULL;
+    size_t len;
+    int32_t *ids;
+    gp_chat_template *ct = NULL;
+    CHECK_STATUS(gp_chat_template_render(NULL, NULL, &text, &len), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_chat_parse_reply(NULL, 3, &text), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_chat_template_from_string(NULL, 3, NULL, NULL, &ct), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_chat_template_load(NULL, &ct), GP_ERR_INVALID_ARG);
+    CHECK(gp_chat_template_special(NULL, "bos_token") == NULL);
+    gp_chat_template_free(NULL);
+    CHECK_STATUS(gp_tokenizer_encode(NULL, "a", 1, 0, &ids, &n), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_tokenizer_decode(NULL, NULL, 0, 0, &text, &len), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_tokenizer_load_dir(NULL, NULL), GP_ERR_INVALID_ARG);
+    CHECK_EQ_INT(gp_tokenizer_eos_id(NULL), -1);
+    CHECK_EQ_INT(gp_tokenizer_pad_id(NULL), -1);
+    CHECK_EQ_INT(gp_tokenizer_is_special(NULL, 0), 0);
+    CHECK_EQ_INT(gp_tokenizer_token_to_id(NULL, "a"), -1);
+    CHECK_EQ_INT(gp_model_gen_config(NULL).max_new_tokens, gp_gen_config_default().max_new_tokens);
+    gp_tokenizer_free(NULL);
+    gp_detok_free(NULL);
 }
 
 /* Issue 17.12: top-N logprobs by bounded-heap selection give the same list as a full sort (ties by lower id, NaN

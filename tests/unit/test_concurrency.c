@@ -125,7 +125,7 @@ static void *stress_caller(void *p) {
 }
 
 TEST(pool_stress_each_item_exactly_once) {
-    int n_jobs = getenv("GENPARITY_TSAN") ? 40000 : getenv("GENPARITY_ASAN") ? 20000 : 100000;
+    int n_jobs = getenv("GENPARITY_TSAN") ? 40000 : getenv("GENPARITY_ASAN") ? 200000 : 1000000;
     const char *e = getenv("GENPARITY_POOL_JOBS");
     if (e && atoi(e) > 0) n_jobs = atoi(e);
     stress s[2];
