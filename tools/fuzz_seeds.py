@@ -160,8 +160,9 @@ def main():
         for cases in json.load(open(ref, encoding="utf-8")).values():
             for c in cases[:6]:
                 try:
-                    convs.append(json.dumps(ast.literal_eval(c["messages"])))
-                except (ValueError, SyntaxError, KeyError):
+                    m = c["messages"]
+                    convs.append(json.dumps(ast.literal_eval(m) if isinstance(m, str) else m))
+                except (ValueError, SyntaxError, KeyError, TypeError):
                     pass
     for cfg in sorted(glob.glob(os.path.join(a.fixtures, "*", "*", "tokenizer_config.json"))):
         tpl = json.load(open(cfg, encoding="utf-8")).get("chat_template")
