@@ -1,9 +1,12 @@
 /* detok.c — the streaming detokenizer: ids arrive one at a time; the text of the ids since the last safe point
  * (a "window") is decoded, and its stable prefix is emitted.  Text is held back while it may still change:
- * trailing byte-fallback tokens (a later byte can turn the run into U+FFFDs), trailing U+FFFD (an incomplete
- * UTF-8 character), and trailing characters a Strip decoder could still remove.  When nothing is held back the
- * window restarts after the last id, so each push costs O(window) = O(1) amortized, and the concatenation of
- * the pieces equals gp_tokenizer_decode of all ids. */
+ * trailing byte-fallback tokens (a later byte can turn the run into U+FFFDs; ids that decode drops — skipped
+ * specials, ids past the tokenizer — do not end a run), trailing U+FFFD (an incomplete UTF-8 character), and
+ * trailing characters a Strip decoder could still remove.  When nothing is held back the window restarts after the
+ * last id, so each push costs O(window) = O(1) amortized, and the concatenation of the pieces equals
+ * gp_tokenizer_decode of all ids (tests/unit/test_detok_stream.c checks it over random ids on every fixture
+ * tokenizer; fuzz/fuzz_detok.c keeps looking).  Without a decoder, decode joins tokens with spaces: each id is
+ * final at once. */
 #include "tokenizer/tok_internal.h"
 
 #include <stdio.h>
