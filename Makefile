@@ -8,6 +8,9 @@
 #                         LLAMA_BENCH and LLAMA_CPP_DIR from a fetched llama.cpp, never committed)
 #   make demo       generate Shakespeare-like text from the embedded model
 #   make deps       install the Debian packages the build needs (as root), else print the apt-get line
+#   make fuzz       build the libFuzzer targets of fuzz/ (clang; ASan + UBSan incl. float-cast-overflow, build-fuzz/)
+#                   and run each for FUZZ_SECONDS (default 20) from seeds made by tools/fuzz_seeds.py
+#   make tsan       the multi-context and thread-pool tests under ThreadSanitizer (build-tsan/)
 
 BUILD   ?= build
 CC      ?= gcc
@@ -31,7 +34,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 
-.PHONY: all test asan demo deps deps-check clean bench bench-compare bench-tokenizer header-check
+.PHONY: all test asan tsan fuzz fuzz-build fuzz-lib demo deps deps-check clean bench bench-compare bench-tokenizer header-check
 
 all: $(BUILD)/genparity $(BUILD)/libgenparity.a $(BUILD)/libgenparity.so
 
@@ -85,6 +88,55 @@ asan:
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 GENPARITY_BIN=build-asan/genparity GENPARITY_ASAN=1 \
 		./build-asan/run_tests $(T)
 
+# ThreadSanitizer: one model shared by 4 threads, each with its own context (outputs equal to single-threaded), and
+# the thread pool's exactly-once stress test.  GENPARITY_TSAN raises the stress test's job count.
+TSAN_TESTS ?= concurrency
+tsan:
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread -fno-omit-frame-pointer" build-tsan/run_tests
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" GENPARITY_TSAN=1 ./build-tsan/run_tests '$(TSAN_TESTS)'
+
+# libFuzzer targets (fuzz/fuzz_<name>.c), linked against a library built with clang's coverage + sanitizers.
+FUZZ_SECONDS ?= 20
+FUZZ_CC      ?= clang
+FUZZ_SAN      = -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_TARGETS := $(patsubst fuzz/fuzz_%.c,%,$(sort $(wildcard fuzz/fuzz_*.c)))
+FUZZ_BINS    := $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
+
+# The numeric kernels (src/kernels/) are compiled by gcc without instrumentation in the fuzz build: clang 14 does
+# not know every __builtin_cpu_supports feature they test; `make asan` covers them.
+ifeq ($(FUZZ_LIB),1)
+$(BUILD)/obj/src/kernels/%.o: override CC = gcc
+$(BUILD)/obj/src/kernels/%.o: override SAN =
+endif
+
+fuzz-lib:
+	@sh scripts/install-fuzz-deps.sh --check
+	$(MAKE) BUILD=build-fuzz FUZZ_LIB=1 CC=$(FUZZ_CC) OPT=-O1 SAN="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" \
+		build-fuzz/libgenparity.a
+
+# sources a target needs beyond the library
+FUZZ_EXTRA_oai_request = server/oai.c server/slots.c
+
+build-fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h fuzz-lib
+	$(FUZZ_CC) $(CFLAGS_BASE) -O1 -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $< $(FUZZ_EXTRA_$*) build-fuzz/libgenparity.a \
+		$(LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: all fuzz-build
+	.venv/bin/python tools/fuzz_seeds.py --out build-fuzz/seeds --fixtures $(FIXTURES)
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p build-fuzz/corpus/$$t; \
+		echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+		ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 GENPARITY_FIXTURES=$(FIXTURES) \
+		./build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=60 -rss_limit_mb=4096 \
+			-print_final_stats=1 -artifact_prefix=build-fuzz/crash-$$t- \
+			build-fuzz/corpus/$$t build-fuzz/seeds/$$t 2>build-fuzz/fuzz_$$t.log \
+			|| { tail -60 build-fuzz/fuzz_$$t.log; echo "fuzz_$$t: FAILED (input saved as build-fuzz/crash-$$t-*)"; exit 1; }; \
+		grep -E "stat::number_of_executed_units|stat::peak_rss_mb" build-fuzz/fuzz_$$t.log | tr '\n' ' '; echo; \
+	done
+
+
 demo: all
 	./$(BUILD)/genparity generate --prompt "ROMEO:" --max-tokens 120
 
@@ -104,6 +156,6 @@ bench-tokenizer: $(BUILD)/bench_tokenizer
 		$(FIXTURES)/tokenizers/qwen3/tokenizer.json
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan build-fuzz
 
 -include $(DEPS)

@@ -122,6 +122,17 @@ static gp_status fill(void *user, int32_t i, uint64_t offset, void *buf, size_t 
     return GP_OK;
 }
 
+/* Opens an output file (never blocking on a FIFO); prints the library's message and returns NULL on failure. */
+static FILE *open_out(const char *path) {
+    int fd;
+    FILE *f = gp_open_write(path, &fd) == GP_OK ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        fprintf(stderr, "genparity make-model: cannot write: %s\n", gp_errmsg());
+    }
+    return f;
+}
+
 static int copy_file(const char *src, const char *dst) {
     int fd;
     if (gp_open_regular(src, &fd) != GP_OK) return -1; /* a FIFO in the source folder must not block */
@@ -130,8 +141,10 @@ static int copy_file(const char *src, const char *dst) {
         close(fd);
         return -1;
     }
-    FILE *b = fopen(dst, "wb");
+    int wfd;
+    FILE *b = gp_open_write(dst, &wfd) == GP_OK ? fdopen(wfd, "wb") : NULL; /* never blocks on a FIFO */
     if (!b) {
+        if (wfd >= 0) close(wfd);
         fclose(a);
         return -1;
     }
@@ -287,18 +300,12 @@ int cmd_make_model(int argc, char **argv) {
     }
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", out);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "genparity make-model: cannot write %s: %s\n", path, strerror(errno));
-        return 1;
-    }
+    FILE *f = open_out(path);
+    if (!f) return 1;
     write_config(f, s, torch_dtype);
     if (fclose(f) != 0) return 1;
     snprintf(path, sizeof path, "%s/generation_config.json", out);
-    if (!(f = fopen(path, "w"))) {
-        fprintf(stderr, "genparity make-model: cannot write %s: %s\n", path, strerror(errno));
-        return 1;
-    }
+    if (!(f = open_out(path))) return 1;
     fprintf(f, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"do_sample\": false\n}\n", s->bos, s->eos);
     if (fclose(f) != 0) return 1;
 

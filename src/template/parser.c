@@ -420,6 +420,7 @@ static tpl_node *parse_unary(ps *p, int with_filter) {
 /* Binary operator levels: returns the op code if cur is one of this level's operators. */
 static int level_op(const tpl_tok *t, int level) {
     static const char *const lv[4][5] = {{"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
+    if (level < 0 || level > 3) return 0; /* level 4 (unary) has no binary operator; lv[4] was read past the end */
     for (int k = 0; k < 5 && lv[level][k]; k++)
         if (is_op(t, lv[level][k])) return strlen(lv[level][k]) == 2 ? (lv[level][k][0] == '/' ? 'f' : 'p') : lv[level][k][0];
     return 0;

@@ -165,7 +165,7 @@ static void cache_put(tk_bpe_cache *c, const char *w, size_t len, const int32_t 
     memcpy(key, w, len);
     if (tk_strmap_put(&c->map, key, len, (int32_t)c->n_ent) < 0) return;
     c->chunk_used += len;
-    memcpy(c->ids + c->n_ids, ids, n * sizeof *ids);
+    if (n) memcpy(c->ids + c->n_ids, ids, n * sizeof *ids); /* memcpy(NULL, .., 0) is undefined */
     c->ent_off[c->n_ent] = (uint32_t)c->n_ids;
     c->ent_n[c->n_ent] = (uint32_t)n;
     c->n_ids += n;

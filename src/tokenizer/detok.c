@@ -1,9 +1,12 @@
 /* detok.c — the streaming detokenizer: ids arrive one at a time; the text of the ids since the last safe point
  * (a "window") is decoded, and its stable prefix is emitted.  Text is held back while it may still change:
- * trailing byte-fallback tokens (a later byte can turn the run into U+FFFDs), trailing U+FFFD (an incomplete
- * UTF-8 character), and trailing characters a Strip decoder could still remove.  When nothing is held back the
- * window restarts after the last id, so each push costs O(window) = O(1) amortized, and the concatenation of
- * the pieces equals gp_tokenizer_decode of all ids. */
+ * trailing byte-fallback tokens (a later byte can turn the run into U+FFFDs; ids that decode drops — skipped
+ * specials, ids past the tokenizer — do not end a run), trailing U+FFFD (an incomplete UTF-8 character), and
+ * trailing characters a Strip decoder could still remove.  When nothing is held back the window restarts after the
+ * last id, so each push costs O(window) = O(1) amortized, and the concatenation of the pieces equals
+ * gp_tokenizer_decode of all ids (tests/unit/test_detok_stream.c checks it over random ids on every fixture
+ * tokenizer; fuzz/fuzz_detok.c keeps looking).  Without a decoder, decode joins tokens with spaces: each id is
+ * final at once. */
 #include "tokenizer/tok_internal.h"
 
 #include <stdio.h>
@@ -155,8 +158,10 @@ gp_status gp_detok_push(gp_detok *d, int32_t id, const char **piece) {
         hold = safe_hold(d, hold);
     }
     size_t stable = d->text.len, kept = 0;
-    if (ends_with_fffd(&d->text) && hold == 0) {
-        /* even the whole window ends in U+FFFD: hold it back too, the next ids may complete the character */
+    if (ends_with_fffd(&d->text)) {
+        /* the decoded part still ends in U+FFFD (the whole window, or MAX_FFFD_HOLD ids were not enough): hold that
+         * U+FFFD back too, the next ids may complete its character.  What precedes it is final: a U+FFFD stands for a
+         * maximal invalid subsequence, and only the last one can still grow into a character. */
         stable -= 3;
         kept = 1;
     }

@@ -126,6 +126,31 @@ gp_status gp_open_regular(const char *path, int *fd) {
     return GP_OK;
 }
 
+gp_status gp_open_write(const char *path, int *fd) {
+    *fd = -1;
+    if (!path) return gp_set_error(GP_ERR_INVALID_ARG, "open: path is NULL");
+    int f = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0644);
+    if (f < 0) {
+        int e = errno;
+        return gp_set_error(GP_ERR_IO, "%s: cannot create: %s", path,
+                            e == ENXIO ? "a FIFO (named pipe) without a reader; a regular file is required" : strerror(e));
+    }
+    struct stat st = {0};
+    if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(f);
+        return gp_set_error(GP_ERR_IO, "%s: is %s; a regular file is required", path, file_kind(st.st_mode));
+    }
+    if (ftruncate(f, 0) != 0) {
+        int e = errno;
+        close(f);
+        return gp_set_error(GP_ERR_IO, "%s: cannot truncate: %s", path, strerror(e));
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl >= 0) fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    *fd = f;
+    return GP_OK;
+}
+
 gp_status gp_read_file(const char *path, size_t max_bytes, char **data, size_t *len) {
     *data = NULL;
     if (len) *len = 0;

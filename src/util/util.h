@@ -34,6 +34,11 @@ double gp_now(void);
  * CLI read goes through here. */
 gp_status gp_open_regular(const char *path, int *fd);
 
+/* Opens path for writing (created 0644 or truncated) without ever blocking: O_NONBLOCK makes a FIFO without a reader
+ * fail at once (ENXIO) and one with a reader is refused after fstat, like every other non-regular file.  Returns
+ * GP_OK and *fd (caller closes; O_NONBLOCK cleared) or GP_ERR_IO naming the path. */
+gp_status gp_open_write(const char *path, int *fd);
+
 /* Reads a whole file into a NUL-terminated buffer (caller frees). Returns GP_OK or GP_ERR_IO/GP_ERR_NOMEM.
  * max_bytes guards against absurd files. */
 gp_status gp_read_file(const char *path, size_t max_bytes, char **data, size_t *len);

@@ -6,6 +6,7 @@
 #include "genparity.h"
 #include "io/safetensors.h"
 #include "sample/sample.h"
+#include "fixtures.h"
 #include "tokenizer/tok_internal.h"
 #include "util/util.h"
 #include "test.h"
@@ -155,6 +156,9 @@ TEST(fifo_paths_refused_without_blocking) {
     int fd;
     CHECK_STATUS(gp_open_regular(dir, &fd), GP_ERR_IO);
     check_msg("directory", "directory");
+    CHECK_STATUS(gp_open_write(paths[4], &fd), GP_ERR_IO); /* writing to a FIFO without a reader */
+    check_msg("write", "FIFO");
+    CHECK_STATUS(gp_open_write(dir, &fd), GP_ERR_IO);
     gp_ctx_free(c);
     gp_model_free(m);
     for (int k = 0; k < 5; k++) free(paths[k]);
@@ -272,6 +276,26 @@ TEST(null_handles_one_rule) {
     CHECK(isnan(gp_logits_kl(NULL, NULL, 3)));
     CHECK(gp_logits_kl(NULL, NULL, 0) == 0.0);
     CHECK_EQ_INT(gp_text_suspect(NULL, 3), 0);
+    char *text = NULL;
+    size_t len;
+    int32_t *ids;
+    gp_chat_template *ct = NULL;
+    CHECK_STATUS(gp_chat_template_render(NULL, NULL, &text, &len), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_chat_parse_reply(NULL, 3, &text), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_chat_template_from_string(NULL, 3, NULL, NULL, &ct), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_chat_template_load(NULL, &ct), GP_ERR_INVALID_ARG);
+    CHECK(gp_chat_template_special(NULL, "bos_token") == NULL);
+    gp_chat_template_free(NULL);
+    CHECK_STATUS(gp_tokenizer_encode(NULL, "a", 1, 0, &ids, &n), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_tokenizer_decode(NULL, NULL, 0, 0, &text, &len), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_tokenizer_load_dir(NULL, NULL), GP_ERR_INVALID_ARG);
+    CHECK_EQ_INT(gp_tokenizer_eos_id(NULL), -1);
+    CHECK_EQ_INT(gp_tokenizer_pad_id(NULL), -1);
+    CHECK_EQ_INT(gp_tokenizer_is_special(NULL, 0), 0);
+    CHECK_EQ_INT(gp_tokenizer_token_to_id(NULL, "a"), -1);
+    CHECK_EQ_INT(gp_model_gen_config(NULL).max_new_tokens, gp_gen_config_default().max_new_tokens);
+    gp_tokenizer_free(NULL);
+    gp_detok_free(NULL);
 }
 
 /* Issue 17.12: top-N logprobs by bounded-heap selection give the same list as a full sort (ties by lower id, NaN
@@ -364,4 +388,32 @@ TEST(steer_alpha_nan_and_keep_without_rotation_refused) {
     free(v);
     gp_ctx_free(c);
     gp_model_free(m);
+}
+
+/* Issue 17.12 + 17.7 through the CLI: --steer-alpha nan, --keep without --max-kv-size, a FIFO as --steer-vector. */
+TEST(cli_hostile_flags_refused) {
+    char cmd[2048], *out;
+    char *dir = gp_test_tmpdir();
+    char *fifo = gp_path_join(dir, "v.npy");
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    float v[256] = {0};
+    char *vec = write_bytes("v.f32", v, sizeof v);
+    snprintf(cmd, sizeof cmd, "%s generate --prompt-ids 1,2 --max-tokens 1 --steer-vector '%s' --steer-layer 0 "
+             "--steer-alpha nan", fx_bin(), vec);
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 2);
+    CHECK(out && strstr(out, "--steer-alpha"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate --prompt-ids 1,2 --max-tokens 1 --keep 4", fx_bin());
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 1);
+    CHECK(out && strstr(out, "max_kv_size"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate --prompt-ids 1,2 --max-tokens 1 --steer-vector '%s' --steer-layer 0",
+             fx_bin(), fifo);
+    CHECK_EQ_INT(fx_run(cmd, 1, &out), 1);
+    CHECK(out && strstr(out, "FIFO"));
+    if (out) NOTE("FIFO as --steer-vector: %.160s", out);
+    free(out);
+    free(vec);
+    free(fifo);
+    free(dir);
 }

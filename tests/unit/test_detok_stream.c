@@ -132,6 +132,21 @@ TEST(detok_skipped_special_inside_byte_run) {
     gp_tokenizer_free(t);
 }
 
+/* Found by fuzz_detok: with a byte-level tokenizer, a long tail of U+FFFDs made the stream emit the last U+FFFD of
+ * a prefix that the next id completed into a character (llama3: byte 0xD4 of id 144 + 0xB6 of id 102246). */
+TEST(detok_long_fffd_tail_byte_level) {
+    char *dir = gp_test_fixture("tokenizers/llama3");
+    if (!dir) return;
+    gp_tokenizer *t;
+    CHECK_STATUS(gp_tokenizer_load_dir(dir, &t), GP_OK);
+    free(dir);
+    if (!t) return;
+    int32_t ids[24] = {174, 290};
+    for (int i = 2; i < 24; i++) ids[i] = i == 10 ? 144 : 102246;
+    for (int skip = 0; skip < 2; skip++) CHECK(stream_matches(t, "llama3", ids, 24, skip));
+    gp_tokenizer_free(t);
+}
+
 static char *write_file(const char *name, const char *text) {
     char *dir = gp_test_tmpdir();
     char *p = gp_path_join(dir, name);
