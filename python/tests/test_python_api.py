@@ -231,3 +231,13 @@ def test_apply_chat_template_matches_transformers(fx, family, model):
         assert e.value.status == "GP_ERR_TEMPLATE"
     reply = genparity.parse_chat_reply("<think>hm</think>Hello")
     assert reply["content"] == "Hello" and reply["reasoning_content"] == "hm"
+
+
+def test_stream_stops_when_the_consumer_leaves():
+    model, tok = load("shakespeare-llama")
+    gen = genparity.stream_generate(model, tok, "ROMEO:", max_tokens=100000, temperature=0, ignore_eos=True,
+                                    max_length=0)
+    first = [next(gen).token for _ in range(3)]
+    gen.close()  # cancels the generation at the next token; the model is usable at once
+    again = genparity.generate_ids(model, "ROMEO:", 3, temperature=0, ignore_eos=True)
+    assert again == first
