@@ -65,12 +65,15 @@ def test_steering_rows():
         got = genparity.generate_ids(model, ids, 32, temperature=0, steering=[], logit_bias_vector=vec,
                                      logit_bias_alpha=row["alpha"])
         assert got == row["greedy_32"], f"logit bias alpha {row['alpha']}"
-    # a callable schedule equal to the constant one gives the same tokens
-    row = rows[0]
-    hook = genparity.SteeringHook(layer=row["layer"], vector=vec, alpha=row["alpha"], schedule=lambda s: row["alpha"])
-    hook.alpha = 1.0
-    if not row["ramp_steps"]:
+    # a callable schedule computing the ramp in Python reproduces the ramp row (the coefficient is fn(step))
+    for row in [r for r in rows if r["ramp_steps"]]:
+        a, n = row["alpha"], row["ramp_steps"]
+        hook = genparity.SteeringHook(layer=row["layer"], vector=vec, schedule=lambda s: a * min(1.0, (s + 1) / n))
         assert genparity.generate_ids(model, ids, 32, temperature=0, steering=[hook]) == row["greedy_32"]
+    # warmup longer than the run: never steered
+    hook = genparity.SteeringHook(layer=rows[-1]["layer"], vector=vec, alpha=rows[-1]["alpha"], schedule="warmup",
+                                  steps=64)
+    assert genparity.generate_ids(model, ids, 32, temperature=0, steering=[hook]) == ref["prompts"][0]["greedy_48"][:32]
     # steering is replaced per call: no steering again gives greedy_48's start
     plain = genparity.generate_ids(model, ids, 32, temperature=0, steering=[])
     assert plain == ref["prompts"][0]["greedy_48"][:32]
