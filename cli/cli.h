@@ -3,7 +3,8 @@
  * The CLI uses the public genparity.h plus two privileged internal headers, included here only:
  *   io/safetensors.h  reading and writing tensor files (steering vectors, reference logits, make-model), and
  *   util/util.h       gp_read_file / gp_set_error (prompt files, messages in the library's style).
- * Commands include only this header. */
+ * Commands include only this header; cli/commands.c also includes server/server.h for cmd_serve (the HTTP server
+ * is a separate component beside the CLI). */
 #ifndef GP_CLI_H
 #define GP_CLI_H
 
