@@ -11,7 +11,7 @@
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: genparity generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+            "usage: genparity generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json) [options]\n"
             "\n"
             "  --model DIR          Hugging Face model folder (default: the embedded models/shakespeare-llama)\n"
             "  --prompt TEXT        prompt text, encoded like transformers with add_special_tokens=True\n"
@@ -29,6 +29,8 @@ static void help(FILE *f) {
             "  --logit-bias-vector FILE[:TENSOR]  add alpha * (W_out @ vector) to the logits before the processors\n"
             "  --logit-bias-alpha A (default 1)\n"
             "\n");
+    cli_chat_flags_help(f);
+    fprintf(f, "\n");
     cli_ctx_flags_help(f);
     fprintf(f, "\n");
     cli_gen_flags_help(f);
@@ -37,15 +39,18 @@ static void help(FILE *f) {
 typedef struct stream_state {
     int has_text; /* the model has a tokenizer: print text pieces, else ids */
     int text;     /* streaming text to stdout */
+    const gp_tokenizer *stop_special; /* --stop-on-special: stop after any special token */
+    int stopped;
 } stream_state;
 
 static int on_token(const gp_token_event *ev, void *ud) {
     stream_state *st = ud;
-    if (!st->text) return 0;
+    if (st->stop_special && gp_tokenizer_is_special(st->stop_special, ev->id)) st->stopped = 1;
+    if (!st->text) return st->stopped;
     if (st->has_text) fwrite(ev->piece, 1, ev->piece_len, stdout);
     else printf("%d ", ev->id);
     fflush(stdout);
-    return 0;
+    return st->stopped;
 }
 
 static void print_ids(const int32_t *ids, int32_t n) {
@@ -101,6 +106,7 @@ typedef struct gopts {
     steer_flag sf[MAX_STEER];
     int n_sf;
     gp_ctx_params cp;
+    cli_chat_opts co; /* --messages, --tools, --kwargs, --now, --continue, --save-cache, --stop-on-special */
 } gopts;
 
 /* One flag that takes a value (argv[*i] = flag, value consumed).  Returns 0, or 2 after printing. */
@@ -155,7 +161,8 @@ static int parse_args(int argc, char **argv, gopts *o) {
             o->ignore_eos = 1;
             continue;
         }
-        int gf = cli_gen_flag(argc, argv, &i, &scratch);
+        int gf = cli_chat_flag(argc, argv, &i, &o->co);
+        if (gf == 0) gf = cli_gen_flag(argc, argv, &i, &scratch);
         if (gf == 0) gf = cli_ctx_flag(argc, argv, &i, &o->cp);
         if (gf < 0) return 2;
         if (gf > 0) continue;
@@ -168,9 +175,9 @@ static int parse_args(int argc, char **argv, gopts *o) {
         fprintf(stderr, "%s: --format must be text or json, got '%s'\n", cli_prog, o->format);
         return 2;
     }
-    if (!o->prompt && !o->prompt_ids) return cli_missing("--prompt", "or --prompt-ids");
-    if (o->prompt && o->prompt_ids) {
-        fprintf(stderr, "%s: give only one of --prompt or --prompt-ids\n", cli_prog);
+    if (!o->prompt && !o->prompt_ids && !o->co.messages) return cli_missing("--prompt", "or --prompt-ids or --messages");
+    if ((o->prompt != NULL) + (o->prompt_ids != NULL) + (o->co.messages != NULL) > 1) {
+        fprintf(stderr, "%s: give only one of --prompt, --prompt-ids or --messages\n", cli_prog);
         return 2;
     }
     if (!o->model_dir) o->model_dir = cli_default_model();
@@ -180,11 +187,12 @@ static int parse_args(int argc, char **argv, gopts *o) {
 /* The prompt's ids: --prompt-ids as given, else --prompt encoded.  Returns -1 to go on, else the exit code. */
 static int prompt_tokens(const gopts *o, const gp_tokenizer *tok, int32_t **ids, int32_t *n_ids) {
     if (o->prompt_ids) return -1; /* parsed before loading */
+    if (o->co.messages) return cli_chat_prompt(&o->co, o->model_dir, tok, ids, n_ids) ? 1 : -1;
     if (!tok) {
         fprintf(stderr, "%s: %s has no tokenizer.json; use --prompt-ids\n", cli_prog, o->model_dir);
         return 1;
     }
-    if (gp_tokenizer_encode(tok, o->prompt, strlen(o->prompt), 1, ids, n_ids) != GP_OK)
+    if (gp_tokenizer_encode(tok, o->prompt, strlen(o->prompt), !o->co.cont, ids, n_ids) != GP_OK) /* appended: no BOS */
         return cli_fail("encoding the prompt");
     if (*n_ids == 0) {
         fprintf(stderr, "%s: the prompt encodes to no tokens\n", cli_prog);
@@ -193,15 +201,16 @@ static int prompt_tokens(const gopts *o, const gp_tokenizer *tok, int32_t **ids,
     return -1;
 }
 
-/* Starts c from --prompt-cache, which the prompt must extend.  Returns -1 to go on, else the exit code. */
+/* Starts c from --prompt-cache, which the prompt must extend (unless --continue appends it).  Returns -1 to go on,
+ * else the exit code. */
 static int load_prompt_cache(const gopts *o, gp_ctx *c, const int32_t *ids, int32_t n_ids) {
     if (!o->prompt_cache) return -1;
     if (gp_ctx_cache_load(c, o->prompt_cache) != GP_OK) return cli_fail("loading --prompt-cache");
     int32_t nc;
     const int32_t *cached = gp_ctx_tokens(c, &nc);
-    if (nc > n_ids || memcmp(cached, ids, (size_t)nc * sizeof *ids)) {
-        fprintf(stderr, "%s: the prompt (%d tokens) does not extend the %d tokens cached in %s\n", cli_prog, n_ids,
-                nc, o->prompt_cache);
+    if (!o->co.cont && (nc > n_ids || memcmp(cached, ids, (size_t)nc * sizeof *ids))) {
+        fprintf(stderr, "%s: the prompt (%d tokens) does not extend the %d tokens cached in %s (give the whole text, "
+                "or --continue to append it after them)\n", cli_prog, n_ids, nc, o->prompt_cache);
         return 1;
     }
     return -1;
@@ -209,7 +218,7 @@ static int load_prompt_cache(const gopts *o, gp_ctx *c, const int32_t *ids, int3
 
 /* The one JSON object of --format json. */
 static void print_json(const gp_gen_result *r, const int32_t *ids, int32_t n_ids, const gp_ctx *c,
-                       int32_t cached_before) {
+                       int32_t cached_before, const gopts *o, int stopped_on_special) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("{\"prompt_ids\":");
@@ -234,10 +243,11 @@ static void print_json(const gp_gen_result *r, const int32_t *ids, int32_t n_ids
         }
         putchar(']');
     }
+    if (o->co.messages) cli_print_reply_fields(stdout, r->text, r->text ? r->text_len : 0);
     int gen_steps = r->n_tokens > 0 ? r->n_tokens - 1 : 0; /* the first token comes from the prefill */
     printf(",\"finish_reason\":\"%s\",\"prompt_tokens_per_s\":%.3f,\"generation_tokens_per_s\":%.3f,"
            "\"peak_memory_bytes\":%lld,\"kv_cache_bytes\":%llu,\"prompt_cache_tokens\":%d}\n",
-           gp_finish_reason_str(r->finish_reason), r->prompt_seconds > 0 ? r->n_prompt / r->prompt_seconds : 0.0,
+           stopped_on_special ? "stop" : gp_finish_reason_str(r->finish_reason), r->prompt_seconds > 0 ? r->n_prompt / r->prompt_seconds : 0.0,
            r->gen_seconds > 0 ? gen_steps / r->gen_seconds : 0.0, (long long)ru.ru_maxrss * 1024LL,
            (unsigned long long)gp_ctx_kv_bytes(c), cached_before);
 }
@@ -265,9 +275,13 @@ static int run(const gopts *o, int argc, char **argv, int32_t *ids, int32_t n_id
                 i++;
         int32_t cached_before = gp_ctx_n_past(c);
         int json = !strcmp(o->format, "json");
-        stream_state st = {tok != NULL, !json};
-        if (gp_generate(c, ids, n_ids, &g, on_token, &st, &r) != GP_OK) rc = cli_fail("generating");
-        else if (json) print_json(&r, ids, n_ids, c, cached_before), rc = 0;
+        stream_state st = {tok != NULL, !json, o->co.stop_on_special ? tok : NULL, 0};
+        gp_status s = o->co.cont ? gp_generate_continue(c, ids, n_ids, &g, on_token, &st, &r, NULL)
+                                 : gp_generate(c, ids, n_ids, &g, on_token, &st, &r);
+        if (s == GP_ERR_CANCELLED && st.stopped) s = GP_OK; /* --stop-on-special */
+        if (s != GP_OK) rc = cli_fail("generating");
+        else if (o->co.save_cache && gp_ctx_cache_save(c, o->co.save_cache) != GP_OK) rc = cli_fail("--save-cache");
+        else if (json) print_json(&r, ids, n_ids, c, cached_before, o, st.stopped), rc = 0;
         else putchar('\n'), rc = 0;
     }
     gp_gen_result_free(&r);

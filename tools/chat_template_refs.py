@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """chat_template_refs.py — the oracle for genparity's chat-template engine.
 
-Renders every template of the corpus (tests/data/templates/*.jinja, plus the chat_template of the fixture
-tokenizers' tokenizer_config.json) with every conversation of tests/data/chat_conversations.json through
+Renders every template of the corpus (the chat_template of the fixture tokenizers' tokenizer_config.json, plus the
+*.jinja files of any folder named by --templates or $GENPARITY_TEMPLATE_CORPUS — e.g. a fetched llama.cpp's
+models/templates; third-party templates are never committed here) with every conversation of tests/data/chat_conversations.json through
 transformers' render_jinja_template — the function apply_chat_template(tokenize=False) calls, with its sandboxed
 Jinja2 environment — and writes the texts (or the error a template raised) to a JSON reference that
 tests/parity/test_chat_template_corpus.c compares byte for byte.
 
   .venv/bin/python tools/chat_template_refs.py                      # rewrites tests/data/chat_template_refs.json
   .venv/bin/python tools/chat_template_refs.py --out /tmp/r.json    # (the live test writes a fresh copy)
-  .venv/bin/python tools/chat_template_refs.py --templates DIR ...  # other template folders (*.jinja)
+  .venv/bin/python tools/chat_template_refs.py --templates DIR ...  # template folders (*.jinja), read in place
 
 strftime_now is pinned to 2025-01-31 12:00:00 so the output is reproducible (the C side uses --now with the
 same instant).  Special tokens: the fixture tokenizers' own; for the .jinja files, the family's tokens below
@@ -67,7 +68,7 @@ def corpus(template_dirs, fixtures):
         for path in sorted(glob.glob(os.path.join(d, "*.jinja"))):
             name = os.path.splitext(os.path.basename(path))[0]
             with open(path, encoding="utf-8") as f:
-                out.append((name, os.path.relpath(path, ROOT), f.read(), specials_for(name)))
+                out.append((name, os.path.abspath(path), f.read(), specials_for(name)))
     for cfg in sorted(glob.glob(os.path.join(fixtures, "tokenizers", "*", "tokenizer_config.json"))):
         with open(cfg, encoding="utf-8") as f:
             c = json.load(f)
@@ -100,12 +101,27 @@ def render(template, case, specials):
         return {"error": "%s: %s" % (type(e).__name__, e), "raised": False}
 
 
+def render_snippet(sn):
+    """One feature snippet, rendered with the variables apply_chat_template always passes (messages, tools,
+    documents, add_generation_prompt) plus the snippet's own."""
+    v = {"messages": [], "tools": None, "documents": None, "add_generation_prompt": False}
+    v.update(sn.get("vars", {}))
+    try:
+        return {"text": ctu._compile_jinja_template(sn["template"]).render(**v)}
+    except jinja2.exceptions.TemplateError as e:
+        return {"error": str(e), "raised": type(e) is jinja2.exceptions.TemplateError}
+    except Exception as e:
+        return {"error": "%s: %s" % (type(e).__name__, e), "raised": False}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "chat_template_refs.json"))
-    ap.add_argument("--templates", nargs="*", default=[os.path.join(ROOT, "tests", "data", "templates")])
+    env = os.environ.get("GENPARITY_TEMPLATE_CORPUS")
+    ap.add_argument("--templates", nargs="*", default=env.split(":") if env else [])
     ap.add_argument("--fixtures", default=os.environ.get("GENPARITY_FIXTURES", os.path.join(ROOT, "..", "shared", "fixtures")))
     ap.add_argument("--conversations", default=os.path.join(ROOT, "tests", "data", "chat_conversations.json"))
+    ap.add_argument("--snippets", default=os.path.join(ROOT, "tests", "data", "chat_snippets.json"))
     a = ap.parse_args()
     with open(a.conversations, encoding="utf-8") as f:
         cases = json.load(f)["cases"]
@@ -115,16 +131,19 @@ def main():
             r = {"template": name, "case": case["name"]}
             r.update(render(template, case, specials))
             results.append(r)
-        if not source.startswith("fixtures:"):
-            pass
     templates = {name: {"source": source, "specials": specials} for name, source, _, specials in corpus(a.templates, a.fixtures)}
+    with open(a.snippets, encoding="utf-8") as f:
+        snippets = json.load(f)["snippets"]
+    snippet_results = [dict(name=sn["name"], **render_snippet(sn)) for sn in snippets]
     ref = {"generator": "tools/chat_template_refs.py", "transformers": transformers.__version__,
-           "jinja2": jinja2.__version__, "now_epoch": NOW_EPOCH, "templates": templates, "results": results}
+           "jinja2": jinja2.__version__, "now_epoch": NOW_EPOCH, "templates": templates, "results": results,
+           "snippets": snippet_results}
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(ref, f, ensure_ascii=False, indent=0, sort_keys=False)
         f.write("\n")
     n_err = sum(1 for r in results if "error" in r)
-    print("%s: %d templates x %d conversations = %d renderings (%d errors)" % (a.out, len(templates), len(cases), len(results), n_err))
+    print("%s: %d templates x %d conversations = %d renderings (%d errors), %d snippets" % (
+        a.out, len(templates), len(cases), len(results), n_err, len(snippet_results)))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ read identical weights in a same-run comparison (bench/compare.sh).
 
 It uses gguf-py from a fetched copy of llama.cpp (never committed: pass its folder with --llama-cpp) and numpy.
 Only what llama.cpp needs to load and run the model is written: the architecture's hyper-parameters and a
-"no_vocab" tokenizer (llama-bench feeds random ids).  q/k rows are written as stored (HF's rotate-half layout);
+"no_vocab" tokenizer (llama-bench feeds random ids).  Vectors (norm weights) are widened exactly to float32, as
+llama.cpp's own converter stores them.  q/k rows are written as stored (HF's rotate-half layout);
 llama.cpp's converter would permute them for the Llama architecture, which changes which numbers come out but not the
 work done per token, so speed is unaffected; the outputs of the two engines are not compared.
 
@@ -103,6 +104,9 @@ def main():
         for name, dt, shape, raw in read_safetensors(os.path.join(a.model, fn)):
             qt, npt = types[dt]
             arr = np.frombuffer(raw, dtype=npt).reshape(shape)
+            if len(shape) == 1:  # llama.cpp keeps vectors (norms) in float32, as its converter writes them
+                arr = (arr.astype(np.uint32) << 16).view(np.float32) if dt == "BF16" else arr.astype(np.float32)
+                qt = gguf.GGMLQuantizationType.F32
             w.add_tensor(gguf_name(name), arr, raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -185,7 +185,8 @@ typedef struct gp_backend_ops {
     void (*unbind_weight)(gp_backend *be, gp_wt *w); /* releases what bind_weight allocated (CPU: nothing) */
 
     /* -- compute (all float32; y may alias x only where said) -- */
-    /* y [n, L->w.rows] = x [n, L->w.cols] W^T + bias + LoRA terms (see gp_linear) */
+    /* y [n, L->w.rows] = x [n, L->w.cols] W^T + bias + LoRA terms (see gp_linear); y must not alias x; with LoRA
+     * terms n <= the workspace's max_tokens and the ranks sum to <= its max_lora_rank (its scratch) */
     void (*linear)(gp_ws *ws, float *y, const float *x, const gp_linear *L, int32_t n);
     /* y [n, d] = x [n, d] * rsqrt(mean(x^2) + eps) * (w or 1 + w), w [d] dense; y may alias x */
     void (*rmsnorm)(gp_ws *ws, float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps,

@@ -229,6 +229,52 @@ static int sym_add(symbol **sy, size_t *n, size_t *cap, int32_t id, uint32_t len
     return 0;
 }
 
+/* Merges the symbols sy [nsy] (linked by prev/next) in place: always the lowest-rank pair, leftmost on ties, like
+ * tokenizers' Word::merge_all. */
+static gp_status merge_all(const tk_bpe *m, symbol *sy, size_t nsy) {
+    if (nsy <= 1 || !m->merges.slots) return GP_OK;
+    hitem stack_h[256];
+    hitem *heap = stack_h;
+    gp_status st = GP_OK;
+    if (nsy > 128) {
+        heap = gp_malloc(nsy * 2 + 16, sizeof *heap); /* pushes never exceed live pairs + merges */
+        if (!heap) { st = GP_ERR_NOMEM; goto out; }
+    }
+    size_t hn = 0, hcap = nsy > 128 ? nsy * 2 + 16 : 256;
+    for (size_t k = 0; k + 1 < nsy; k++) {
+        const struct tk_merge_slot *ms = merge_get(&m->merges, sy[k].id, sy[k + 1].id);
+        if (ms) hpush(heap, &hn, (hitem){ms->rank, (uint32_t)k, ms->id});
+    }
+    while (hn) {
+        hitem top = hpop(heap, &hn);
+        symbol *a = &sy[top.pos];
+        if (!a->len || a->next < 0) continue;
+        symbol *b = &sy[a->next];
+        const struct tk_merge_slot *ms = merge_get(&m->merges, a->id, b->id);
+        if (!ms || ms->id != top.id) continue;
+        a->id = top.id;
+        a->len += b->len;
+        b->len = 0;
+        a->next = b->next;
+        if (a->next >= 0) sy[a->next].prev = (int32_t)top.pos;
+        if (hn + 2 > hcap) { /* cannot happen with the bound above; stay safe */
+            st = gp_set_error(GP_ERR_RANGE, "BPE heap overflow");
+            goto out;
+        }
+        if (a->prev >= 0) {
+            const struct tk_merge_slot *p = merge_get(&m->merges, sy[a->prev].id, a->id);
+            if (p) hpush(heap, &hn, (hitem){p->rank, (uint32_t)a->prev, p->id});
+        }
+        if (a->next >= 0) {
+            const struct tk_merge_slot *q = merge_get(&m->merges, a->id, sy[a->next].id);
+            if (q) hpush(heap, &hn, (hitem){q->rank, top.pos, q->id});
+        }
+    }
+out:
+    if (heap != stack_h) free(heap);
+    return st;
+}
+
 gp_status tk_bpe_word(const tk_bpe *m, tk_bpe_cache *cache, const char *w, size_t len, tk_ids *out) {
     if (!len) return GP_OK;
     if (m->ignore_merges) {
@@ -245,9 +291,7 @@ gp_status tk_bpe_word(const tk_bpe *m, tk_bpe_cache *cache, const char *w, size_
     }
 
     symbol stack_sy[128];
-    hitem stack_h[256];
     symbol *sy = stack_sy;
-    hitem *heap = stack_h;
     size_t nsy = 0, sycap = 128;
     gp_status st = GP_OK;
     char tmpstack[256];
@@ -312,43 +356,7 @@ gp_status tk_bpe_word(const tk_bpe *m, tk_bpe_cache *cache, const char *w, size_
     if (unk_len >= 0) ADD(m->unk_id, (uint32_t)unk_len);
     if (nsy) sy[nsy - 1].next = -1;
 
-    /* merges: always apply the lowest-rank pair (leftmost on ties), like Word::merge_all */
-    if (nsy > 1 && m->merges.slots) {
-        if (nsy > 128) {
-            heap = gp_malloc(nsy * 2 + 16, sizeof *heap); /* pushes never exceed live pairs + merges */
-            if (!heap) { st = GP_ERR_NOMEM; goto done; }
-        }
-        size_t hn = 0, hcap = nsy > 128 ? nsy * 2 + 16 : 256;
-        for (size_t k = 0; k + 1 < nsy; k++) {
-            const struct tk_merge_slot *ms = merge_get(&m->merges, sy[k].id, sy[k + 1].id);
-            if (ms) hpush(heap, &hn, (hitem){ms->rank, (uint32_t)k, ms->id});
-        }
-        while (hn) {
-            hitem top = hpop(heap, &hn);
-            symbol *a = &sy[top.pos];
-            if (!a->len || a->next < 0) continue;
-            symbol *b = &sy[a->next];
-            const struct tk_merge_slot *ms = merge_get(&m->merges, a->id, b->id);
-            if (!ms || ms->id != top.id) continue;
-            a->id = top.id;
-            a->len += b->len;
-            b->len = 0;
-            a->next = b->next;
-            if (a->next >= 0) sy[a->next].prev = (int32_t)top.pos;
-            if (hn + 2 > hcap) { /* cannot happen with the bound above; stay safe */
-                st = gp_set_error(GP_ERR_RANGE, "BPE heap overflow");
-                goto done;
-            }
-            if (a->prev >= 0) {
-                const struct tk_merge_slot *p = merge_get(&m->merges, sy[a->prev].id, a->id);
-                if (p) hpush(heap, &hn, (hitem){p->rank, (uint32_t)a->prev, p->id});
-            }
-            if (a->next >= 0) {
-                const struct tk_merge_slot *q = merge_get(&m->merges, a->id, sy[a->next].id);
-                if (q) hpush(heap, &hn, (hitem){q->rank, top.pos, q->id});
-            }
-        }
-    }
+    if ((st = merge_all(m, sy, nsy))) goto done;
     {
         size_t start = out->n;
         for (int32_t k = nsy ? 0 : -1; k >= 0; k = sy[k].next)
@@ -358,6 +366,5 @@ gp_status tk_bpe_word(const tk_bpe *m, tk_bpe_cache *cache, const char *w, size_
 done:
 #undef ADD
     if (sy != stack_sy) free(sy);
-    if (heap != stack_h) free(heap);
     return st;
 }

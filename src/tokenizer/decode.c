@@ -119,6 +119,64 @@ static int apply_seq(const tk_dec *d, dctx *c, tk_list *io, tk_list *tmp) {
     return 0;
 }
 
+/* ByteLevel: every piece's characters mapped back to bytes (a piece with a character outside the byte map keeps its
+ * own bytes), joined, invalid UTF-8 replaced like String::from_utf8_lossy. */
+static int dec_bytelevel(dctx *c, tk_list *in, tk_list *out) {
+    tk_buf *w = &c->work;
+    w->len = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        const char *s = tk_list_str(in, i);
+        size_t n = in->slen[i], start = w->len;
+        int all = 1;
+        for (size_t q = 0; q < n;) {
+            uint32_t cp;
+            q += (size_t)tk_utf8_dec(s + q, n - q, &cp);
+            int b = tk_cp_to_byte(cp);
+            if (b < 0) { all = 0; break; }
+            if (tk_buf_putc(w, (char)b)) return -1;
+        }
+        if (!all) { /* a character outside the byte map: the token's own bytes are used */
+            w->len = start;
+            if (tk_buf_put(w, s, n)) return -1;
+        }
+    }
+    tk_buf clean = {0};
+    int rc = tk_utf8_sanitize(&clean, w->p ? w->p : "", w->len);
+    if (!rc) rc = tk_list_push(out, clean.p ? clean.p : "", clean.len, 0);
+    free(clean.p);
+    c->fused = 1;
+    return rc;
+}
+
+/* Replace: every match of the pattern in each piece replaced by content. */
+static int dec_replace(const tk_dec *d, dctx *c, tk_list *in, tk_list *out) {
+    size_t clen = strlen(d->content);
+    for (size_t i = 0; i < in->n; i++) {
+        const char *s = tk_list_str(in, i);
+        size_t n = in->slen[i], pos = 0, from = 0, ms, me;
+        if (tk_list_push(out, "", 0, 0)) return -1;
+        for (;;) {
+            if (!d->re.literal && !c->sc_ready) {
+                if (tk_scratch_init(&c->sc)) return -1;
+                c->sc_ready = 1;
+            }
+            int r = tk_regex_next(&d->re, &c->sc, s, n, from, &ms, &me);
+            if (r < 0) return -1;
+            if (r == 0) break;
+            if (me == ms) {
+                if (ms >= n) break;
+                uint32_t cp;
+                from = ms + (size_t)tk_utf8_dec(s + ms, n - ms, &cp);
+                continue;
+            }
+            if (tk_list_extend_last(out, s + pos, ms - pos) || tk_list_extend_last(out, d->content, clen)) return -1;
+            pos = from = me;
+        }
+        if (tk_list_extend_last(out, s + pos, n - pos)) return -1;
+    }
+    return 0;
+}
+
 /* in -> out (out cleared first); Sequence is handled by apply_seq. */
 static int apply_dec(const tk_dec *d, dctx *c, tk_list *in, tk_list *out) {
     tk_list_clear(out);
@@ -134,32 +192,7 @@ static int apply_dec(const tk_dec *d, dctx *c, tk_list *in, tk_list *out) {
         tk_list_free(&b);
         return rc;
     }
-    case TK_DEC_BYTELEVEL: {
-        tk_buf *w = &c->work;
-        w->len = 0;
-        for (size_t i = 0; i < in->n; i++) {
-            const char *s = tk_list_str(in, i);
-            size_t n = in->slen[i], start = w->len;
-            int all = 1;
-            for (size_t q = 0; q < n;) {
-                uint32_t cp;
-                q += (size_t)tk_utf8_dec(s + q, n - q, &cp);
-                int b = tk_cp_to_byte(cp);
-                if (b < 0) { all = 0; break; }
-                if (tk_buf_putc(w, (char)b)) return -1;
-            }
-            if (!all) { /* a character outside the byte map: the token's own bytes are used */
-                w->len = start;
-                if (tk_buf_put(w, s, n)) return -1;
-            }
-        }
-        tk_buf clean = {0};
-        int rc = tk_utf8_sanitize(&clean, w->p ? w->p : "", w->len);
-        if (!rc) rc = tk_list_push(out, clean.p ? clean.p : "", clean.len, 0);
-        free(clean.p);
-        c->fused = 1;
-        return rc;
-    }
+    case TK_DEC_BYTELEVEL: return dec_bytelevel(c, in, out);
     case TK_DEC_FUSE: {
         if (tk_list_push(out, "", 0, 0)) return -1;
         for (size_t i = 0; i < in->n; i++)
@@ -167,33 +200,7 @@ static int apply_dec(const tk_dec *d, dctx *c, tk_list *in, tk_list *out) {
         c->fused = 1;
         return 0;
     }
-    case TK_DEC_REPLACE: {
-        size_t clen = strlen(d->content);
-        for (size_t i = 0; i < in->n; i++) {
-            const char *s = tk_list_str(in, i);
-            size_t n = in->slen[i], pos = 0, from = 0, ms, me;
-            if (tk_list_push(out, "", 0, 0)) return -1;
-            for (;;) {
-                if (!d->re.literal && !c->sc_ready) {
-                    if (tk_scratch_init(&c->sc)) return -1;
-                    c->sc_ready = 1;
-                }
-                int r = tk_regex_next(&d->re, &c->sc, s, n, from, &ms, &me);
-                if (r < 0) return -1;
-                if (r == 0) break;
-                if (me == ms) {
-                    if (ms >= n) break;
-                    uint32_t cp;
-                    from = ms + (size_t)tk_utf8_dec(s + ms, n - ms, &cp);
-                    continue;
-                }
-                if (tk_list_extend_last(out, s + pos, ms - pos) || tk_list_extend_last(out, d->content, clen)) return -1;
-                pos = from = me;
-            }
-            if (tk_list_extend_last(out, s + pos, n - pos)) return -1;
-        }
-        return 0;
-    }
+    case TK_DEC_REPLACE: return dec_replace(d, c, in, out);
     case TK_DEC_BYTEFALLBACK: {
         tk_buf *bytes = &c->work;
         bytes->len = 0;

@@ -192,3 +192,20 @@ TEST(ctx_sizes_near_int32_max_are_refused) {
     gp_model_free(m);
     free(dir);
 }
+
+TEST(tokenizer_config_duplicate_keys_are_refused) {
+    char *dir = gp_test_tmpdir();
+    REQUIRE(dir);
+    char p[512];
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(p, "w");
+    REQUIRE(f);
+    fputs("{\"chat_template\": \"{{ 'a' }}\", \"eos_token\": \"</s>\", \"chat_template\": \"{{ 'b' }}\"}", f);
+    fclose(f);
+    gp_chat_template *t = NULL;
+    CHECK(gp_chat_template_load(dir, &t) != GP_OK);
+    NOTE("%s", gp_errmsg());
+    CHECK(strstr(gp_errmsg(), "tokenizer_config.json") && strstr(gp_errmsg(), "'chat_template' appears twice"));
+    gp_chat_template_free(t);
+    free(dir);
+}

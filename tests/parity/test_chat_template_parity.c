@@ -1,6 +1,6 @@
 /* test_chat_template_parity.c — chat templates against transformers: the fixture references
  * (references/chat_templates.json: llama3 and qwen3 conversations rendered by apply_chat_template, text and ids) and
- * the committed corpus of real templates (tests/data/templates/, expected texts rendered by tools/chat_template_refs.py
+ * the committed corpus of the fixture tokenizers' templates (expected texts rendered by tools/chat_template_refs.py
  * with transformers 5.17 / jinja2).  Tolerance: exact bytes and exact ids; the first differing byte is printed. */
 #include "fixtures.h"
 #include "test.h"
