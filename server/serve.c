@@ -89,11 +89,12 @@ static struct MHD_Daemon *start_daemon(server *s, const serve_opts *o) {
 static void wait_and_drain(server *s, struct MHD_Daemon *d, const sigset_t *set) {
     int sig = 0;
     sigwait(set, &sig);
-    fprintf(stderr, "genparity serve: %s: draining (%d running, %d queued)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-            s->running, s->q_len);
     pthread_mutex_lock(&s->mu);
     s->draining = 1;
+    int running = s->running, queued = s->q_len;
     pthread_mutex_unlock(&s->mu);
+    fprintf(stderr, "genparity serve: %s: draining (%d running, %d queued)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+            running, queued);
     MHD_quiesce_daemon(d);
     slots_wait_idle(s);
     for (int i = 0; i < 6000 && atomic_load(&s->active_requests) > 0; i++) usleep(10000);

@@ -105,6 +105,12 @@ class GpGenResult(Structure):
                 ("top_logprobs", POINTER(GpTopLogprob)), ("n_top", c_int32)]
 
 
+class GpGenResultBuf(Structure):
+    """A gp_gen_result followed by spare zeroed bytes: gp_generate fills the whole struct of the library's header, so
+    fields appended there (beam-search sequences, ...) land in the spare bytes, and gp_gen_result_free frees them."""
+    _fields_ = [("res", GpGenResult), ("_spare", ctypes.c_ubyte * 512)]
+
+
 class GpTokenEvent(Structure):
     _fields_ = [("id", c_int32), ("index", c_int32), ("piece", ctypes.POINTER(ctypes.c_char)),
                 ("piece_len", c_size_t), ("logprob", c_float), ("top", POINTER(GpTopLogprob)), ("n_top", c_int32),
@@ -175,8 +181,8 @@ _SIGS = {
     "gp_gen_config_validate": (c_int, [POINTER(GpGenConfig), c_int32]),
     "gp_finish_reason_str": (c_char_p, [c_int]),
     "gp_generate": (c_int, [c_void_p, i32p, c_int32, POINTER(GpGenConfig), TOKEN_CB, c_void_p,
-                            POINTER(GpGenResult)]),
-    "gp_gen_result_free": (None, [POINTER(GpGenResult)]),
+                            POINTER(GpGenResultBuf)]),
+    "gp_gen_result_free": (None, [POINTER(GpGenResultBuf)]),
     "gp_chat_template_load": (c_int, [c_char_p, POINTER(c_void_p)]),
     "gp_chat_template_free": (None, [c_void_p]),
     "gp_chat_opts_default": (GpChatOpts, []),

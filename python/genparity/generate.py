@@ -18,8 +18,8 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from ._core import GenparityError, Model, PromptCache, SteeringHook, Tokenizer, _ids_array, _i32ptr, check
-from ._ffi import (LOGITS_PROC_FN, SAMPLER_FN, TOKEN_CB, GpGenConfig, GpGenResult, GpLogitsProcessor, GpSeqBias,
-                   GpTokenBias, GpTokenSeq, lib)
+from ._ffi import (LOGITS_PROC_FN, SAMPLER_FN, TOKEN_CB, GpGenConfig, GpGenResultBuf, GpLogitsProcessor,
+                   GpSeqBias, GpTokenBias, GpTokenSeq, lib)
 
 Prompt = Union[str, Sequence[int]]
 LogitsProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -260,12 +260,13 @@ def stream_generate(model: Model, tokenizer: Optional[Tokenizer], prompt: Prompt
     cb = TOKEN_CB(on_token)
 
     def worker():
-        res = GpGenResult()
+        buf = GpGenResultBuf()
+        res = buf.res
         try:
             with cache.lock:
                 if steering is not None or logit_bias_vector is not None:
                     cache.set_steering(steering or (), logit_bias_vector, logit_bias_alpha)
-                st = lib.gp_generate(cache._h, _i32ptr(ids), ids.size, byref(g), cb, None, byref(res))
+                st = lib.gp_generate(cache._h, _i32ptr(ids), ids.size, byref(g), cb, None, byref(buf))
                 msg = lib.gp_errmsg().decode("utf-8", "replace")
                 peak = cache.memory()["peak_rss_bytes"]
             q.put(("end", st, msg, peak, res.n_prompt, res.prompt_seconds,
@@ -273,7 +274,7 @@ def stream_generate(model: Model, tokenizer: Optional[Tokenizer], prompt: Prompt
         except BaseException as e:  # noqa: BLE001
             q.put(("exc", e))
         finally:
-            lib.gp_gen_result_free(byref(res))
+            lib.gp_gen_result_free(byref(buf))
 
     th = threading.Thread(target=worker, daemon=True)
     th.start()

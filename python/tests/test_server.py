@@ -57,6 +57,9 @@ def test_completions_parity_and_stream(start_server):
     p = ref["prompts"][0]
     r = c.completions.create(model=name, prompt=p["text"], max_tokens=48, temperature=0)
     assert r.model_extra["genparity"]["tokens"] == p["greedy_48"]
+    chunks = list(c.completions.create(model=name, prompt=p["ids"], max_tokens=3, temperature=0, stream=True,
+                                       stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3  # OpenAI's usage-only last chunk
     models = c.models.list()
     assert [m.id for m in models.data] == [name]
     assert srv.health()["status"] == "ok"
