@@ -265,6 +265,22 @@ int cmd_generate(int argc, char **argv) {
         print_ids(r.tokens, r.n_tokens);
         printf(",\"text\":");
         cli_json_string(stdout, text ? text : "", text ? tlen : 0);
+        if (r.n_sequences > 0) { /* beam search: every returned beam, best first */
+            printf(",\"sequences\":[");
+            for (int32_t k = 0; k < r.n_sequences; k++) {
+                if (k) putchar(',');
+                print_ids(r.sequences[k].tokens, r.sequences[k].n_tokens);
+            }
+            printf("],\"sequence_scores\":[");
+            for (int32_t k = 0; k < r.n_sequences; k++) printf("%s%.9g", k ? "," : "", (double)r.sequences[k].score);
+            printf("],\"sequence_texts\":[");
+            for (int32_t k = 0; k < r.n_sequences; k++) {
+                if (k) putchar(',');
+                const gp_gen_sequence *q = &r.sequences[k];
+                cli_json_string(stdout, q->text ? q->text : "", q->text ? q->text_len : 0);
+            }
+            putchar(']');
+        }
         if (r.logprobs) {
             printf(",\"logprobs\":[");
             for (int32_t k = 0; k < r.n_tokens; k++) {

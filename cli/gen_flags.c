@@ -57,6 +57,11 @@ void cli_gen_flags_help(FILE *f) {
             "  --max-time S           max_time in seconds                                       [None]\n"
             "  --seed N               seed of genparity's generator (xoshiro256**)              [0]\n"
             "  --logprobs N           log-probability of each token and the N most likely       [off]\n"
+            "beam search (transformers' semantics; greedy only):\n"
+            "  --num-beams N          num_beams                                                 [1]\n"
+            "  --num-return-sequences K  num_return_sequences (<= num_beams), best first        [1]\n"
+            "  --length-penalty X     length_penalty: score = sum logprobs / length^X           [1.0]\n"
+            "  --early-stopping [true|false|never]  early_stopping (no value: true)             [false]\n"
             "not in transformers (OpenAI / mlx-lm knobs, applied after transformers' processors):\n"
             "  --frequency-penalty F  minus F x count of the token in the generated text        [0]\n"
             "  --presence-penalty F   minus F if the token occurs in the generated text         [0]\n"
@@ -245,6 +250,21 @@ int cli_gen_flag(int argc, char **argv, int *i, gp_gen_config *g) {
         unsigned long long s = v && *v && *v != '-' ? strtoull(v, &end, 10) : 0;
         if (!v || !*v || *v == '-' || *end || errno) return bad_value(a, "a non-negative integer", v);
         g->seed = (uint64_t)s;
+    } else if (!strcmp(a, "--num-beams")) {
+        if (parse_i32(v, 1, &n)) return bad_value(a, "an integer >= 1", v);
+        g->num_beams = n;
+    } else if (!strcmp(a, "--num-return-sequences")) {
+        if (parse_i32(v, 1, &n)) return bad_value(a, "an integer >= 1", v);
+        g->num_return_sequences = n;
+    } else if (!strcmp(a, "--length-penalty")) {
+        if (parse_double(v, -INFINITY, INFINITY, 1, 1, &d)) return bad_value(a, "a number", v);
+        g->length_penalty = d;
+    } else if (!strcmp(a, "--early-stopping")) { /* the value is optional: true (default), false or never */
+        int has = v && (!strcmp(v, "true") || !strcmp(v, "false") || !strcmp(v, "never"));
+        g->early_stopping = !has || !strcmp(v, "true") ? GP_EARLY_STOPPING_TRUE
+                            : !strcmp(v, "never")      ? GP_EARLY_STOPPING_NEVER
+                                                       : GP_EARLY_STOPPING_FALSE;
+        if (!has) return 1;
     } else if (!strcmp(a, "--logprobs")) {
         if (parse_i32(v, 0, &n)) return bad_value(a, "an integer >= 0 (alternatives per token)", v);
         g->logprobs = 1;

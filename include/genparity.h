@@ -448,7 +448,20 @@ typedef struct gp_gen_config {
                                       (transformers' output_scores); 1: of the model's raw logits */
 
     void *_owned;                  /* reserved: storage owned by genparity (e.g. the model's parsed JSON arrays) */
+
+    /* --- beam search (transformers' _beam_search; appended fields) --- */
+    int32_t num_beams;             /* default 1 (no beam search); N > 1: beam search over N beams (greedy only:
+                                      do_sample with num_beams > 1 is refused) */
+    int32_t num_return_sequences;  /* default 1; beam search returns this many (<= num_beams), best first */
+    double length_penalty;         /* default 1.0: a finished beam scores sum(logprobs) / new_length^length_penalty */
+    int32_t early_stopping;        /* GP_EARLY_STOPPING_*: default FALSE (transformers' heuristic) */
 } gp_gen_config;
+
+/* gp_gen_config.early_stopping, transformers' early_stopping: False, True, "never". */
+#define GP_EARLY_STOPPING_FALSE 0 /* stop when the best running beam, at its current length, cannot beat the worst
+                                     finished one */
+#define GP_EARLY_STOPPING_TRUE 1  /* stop as soon as num_beams sequences are finished */
+#define GP_EARLY_STOPPING_NEVER 2 /* canonical beam search: the bound uses max_length when length_penalty > 0 */
 
 /* Returns transformers' library defaults (no EOS ids). */
 gp_gen_config gp_gen_config_default(void);
@@ -484,6 +497,16 @@ typedef struct gp_top_logprob {
     float logprob;
 } gp_top_logprob;
 
+/* One sequence returned by beam search (owned by its gp_gen_result). */
+typedef struct gp_gen_sequence {
+    int32_t *tokens;          /* generated ids only (a final EOS included) */
+    int32_t n_tokens;
+    float score;              /* transformers' sequences_scores: sum of processed logprobs / length^length_penalty */
+    char *text;               /* decoded text (the final EOS left out), or NULL without a tokenizer */
+    size_t text_len;
+    gp_finish_reason finish_reason; /* STOP (ended with EOS), LENGTH or TIME */
+} gp_gen_sequence;
+
 typedef struct gp_gen_result {
     int32_t *tokens;          /* generated ids only (EOS included when it stopped generation); gp_gen_result_free */
     int32_t n_tokens;
@@ -498,7 +521,11 @@ typedef struct gp_gen_result {
     float *logprobs;          /* [n_tokens] log-probability of each chosen id, or NULL (cfg.logprobs == 0) */
     gp_top_logprob *top_logprobs; /* [n_tokens * n_top], most likely first, or NULL */
     int32_t n_top;            /* entries per step in top_logprobs (cfg.top_logprobs capped at n_vocab) */
+    gp_gen_sequence *sequences;        /* beam search: [n_sequences] returned beams, best first (sequences[0] has
+                                          the same tokens as `tokens`); NULL without beam search */
+    int32_t n_sequences;
 } gp_gen_result;
+
 
 /* What the streaming callback receives for each generated id. */
 typedef struct gp_token_event {

@@ -24,6 +24,10 @@ gp_gen_config gp_gen_config_default(void) {
     g.forced_bos_token_id = -1;
     g.forced_eos_token_id = -1;
     g.skip_special_tokens = 1;
+    g.num_beams = 1;
+    g.num_return_sequences = 1;
+    g.length_penalty = 1.0;
+    g.early_stopping = GP_EARLY_STOPPING_FALSE;
     return g;
 }
 
@@ -136,7 +140,7 @@ gp_status gp_gen_config_validate(const gp_gen_config *g, int32_t n_vocab) {
                    (int)g->n_logits_processors);
     if (g->logprobs < 0) return BAD("gen_config: field 'logprobs' = %d is negative", (int)g->logprobs);
     if (g->top_logprobs < 0) return BAD("gen_config: field 'top_logprobs' = %d is negative", (int)g->top_logprobs);
-    return GP_OK;
+    return gp_beam_check(g, 0);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -358,6 +362,16 @@ static gp_status apply_forced_eos(gp_gen_config *g, const cJSON *root, const cha
     return GP_OK;
 }
 
+/* early_stopping: true, false or "never". */
+static gp_status apply_early_stopping(gp_gen_config *g, const cJSON *root, const char *path) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "early_stopping");
+    if (!is_set(v)) return GP_OK;
+    if (cJSON_IsBool(v)) g->early_stopping = cJSON_IsTrue(v) ? GP_EARLY_STOPPING_TRUE : GP_EARLY_STOPPING_FALSE;
+    else if (cJSON_IsString(v) && !strcmp(v->valuestring, "never")) g->early_stopping = GP_EARLY_STOPPING_NEVER;
+    else return JERR("%s: field 'early_stopping' must be true, false or \"never\"", path);
+    return GP_OK;
+}
+
 gp_status gp_gen_config_apply_json_text(gp_gen_config *g, const char *json, const char *path) {
     if (!g || !json) return gp_set_error(GP_ERR_INVALID_ARG, "gp_gen_config_apply_json: NULL argument");
     if (!path) path = "generation_config.json";
@@ -391,6 +405,10 @@ gp_status gp_gen_config_apply_json_text(gp_gen_config *g, const char *json, cons
     if (!s) s = get_num(root, "repetition_penalty", path, &t.repetition_penalty);
     if (!s) s = get_int(root, "no_repeat_ngram_size", path, 0, &t.no_repeat_ngram_size, NULL);
     if (!s) s = get_num(root, "max_time", path, &t.max_time);
+    if (!s) s = get_int(root, "num_beams", path, 1, &t.num_beams, NULL);
+    if (!s) s = get_int(root, "num_return_sequences", path, 1, &t.num_return_sequences, NULL);
+    if (!s) s = get_num(root, "length_penalty", path, &t.length_penalty);
+    if (!s) s = apply_early_stopping(&t, root, path);
     if (!s) {
         int found = 0;
         tmp = -1;

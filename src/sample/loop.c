@@ -14,6 +14,11 @@ void gp_gen_result_free(gp_gen_result *r) {
     free(r->text);
     free(r->logprobs);
     free(r->top_logprobs);
+    for (int32_t i = 0; r->sequences && i < r->n_sequences; i++) {
+        free(r->sequences[i].tokens);
+        free(r->sequences[i].text);
+    }
+    free(r->sequences);
     memset(r, 0, sizeof *r);
     r->stop_index = -1;
 }

@@ -159,6 +159,37 @@ gp_status gp_gen_run(const gp_gen_engine *e, const int32_t *prompt, int32_t n_pr
                      gp_token_cb on_token, void *user_data, gp_gen_result *result);
 
 /* ---------------------------------------------------------------------------------------------------------------- */
+/* Beam search (transformers' _beam_search) over an engine of n parallel sequences ("beams")                         */
+/* ---------------------------------------------------------------------------------------------------------------- */
+typedef struct gp_beam_engine {
+    void *self;
+    int32_t n_vocab;
+    /* Evaluates the prompt into beam 0 and writes its last position's logits [n_vocab]. */
+    gp_status (*prefill)(void *self, const int32_t *ids, int32_t n, float *logits);
+    /* Rebuilds the beams: new beam j (j < n) continues old beam parent[j] (after the prefill every parent is 0). */
+    gp_status (*reorder)(void *self, const int32_t *parent, int32_t n);
+    /* Appends tokens[j] to beam j (j < n) and writes the logits [n, n_vocab]; every beam at the same step. */
+    gp_status (*step)(void *self, const int32_t *tokens, int32_t n, float *logits);
+} gp_beam_engine;
+
+/* Returned beams, best first: tokens of beam i are tokens[off[i] .. off[i] + len[i]). */
+typedef struct gp_beam_out {
+    int32_t n;
+    int32_t *tokens, *off, *len;
+    float *score;
+    gp_finish_reason *finish;
+    double prompt_seconds, gen_seconds;
+} gp_beam_out;
+
+/* Checks the beam fields' ranges and, when combos, what beam search does not combine with (sampling, stop strings,
+ * logprobs, a caller sampler, no length bound). */
+gp_status gp_beam_check(const gp_gen_config *cfg, int combos);
+/* Runs beam search on e; fills *out (free with gp_beam_out_free). */
+gp_status gp_beam_run(const gp_beam_engine *e, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
+                      gp_beam_out *out);
+void gp_beam_out_free(gp_beam_out *o);
+
+/* ---------------------------------------------------------------------------------------------------------------- */
 /* generation_config.json                                                                                            */
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* Applies a generation_config.json file onto g (only the fields present; null means "leave as is").  Arrays parsed
