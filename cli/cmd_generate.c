@@ -19,12 +19,18 @@ static void help(FILE *f) {
             "  --ignore-eos         do not stop at the model's EOS ids\n"
             "  --format text|json   text streams as tokens arrive; json prints one object at the end\n"
             "  --prompt-cache FILE  start from a KV cache file (genparity cache build); the prompt must extend it\n"
+            "  --prompts-file FILE  one prompt per line (JSON array of ids or JSON string), generated together\n"
+            "  --batch-size N       prompts of --prompts-file decoded together (default 8)\n"
+            "  --mlock              pin the weights in RAM (refused when RLIMIT_MEMLOCK does not allow it)\n"
+            "  --resample-on-suspect  when a generated line looks pathological (gp_text_suspect), draw once more\n"
+            "                       with the next seed and keep that (json: resampled, suspect_lines, lines)\n"
             "\n"
             "steering (repeatable: each --steer-vector starts a hook; the flags after it set its layer/alpha/ramp):\n"
             "  --steer-vector FILE[:TENSOR]  vector (.safetensors[:tensor], .npy or raw float32) added to a layer's output\n"
             "  --steer-layer L      0-based decoder layer whose output gets alpha * vector at every position\n"
             "  --steer-alpha A      coefficient (default 1)\n"
             "  --steer-ramp N       ramp the coefficient over N forward steps: alpha * min(1, (s+1)/N), s=0 the prefill\n"
+            "  --steer-warmup N     leave the first N forward steps unsteered (s=0 the prefill), then alpha\n"
             "  --logit-bias-vector FILE[:TENSOR]  add alpha * (W_out @ vector) to the logits before the processors\n"
             "  --logit-bias-alpha A (default 1)\n"
             "\n");
@@ -47,12 +53,6 @@ static int on_token(const gp_token_event *ev, void *ud) {
     return 0;
 }
 
-static void print_ids(const int32_t *ids, int32_t n) {
-    putchar('[');
-    for (int32_t i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
-    putchar(']');
-}
-
 static int parse_int(const char *flag, const char *v, int32_t lo, int32_t *out) {
     char *end;
     long x = strtol(v, &end, 10);
@@ -67,7 +67,7 @@ static int parse_int(const char *flag, const char *v, int32_t lo, int32_t *out) 
 /* One --steer-vector hook as given on the command line; --steer-layer/--steer-alpha/--steer-ramp after it apply to it. */
 typedef struct steer_flag {
     const char *spec;
-    int32_t layer, ramp;
+    int32_t layer, ramp, warmup;
     double alpha;
 } steer_flag;
 #define MAX_STEER 16
@@ -97,7 +97,9 @@ static int apply_steering(gp_ctx *c, const gp_model *m, const steer_flag *sf, in
             return -1;
         }
         gp_steer_hook h = {.layer = sf[k].layer, .vector = vec, .alpha = (float)sf[k].alpha,
-                           .schedule = sf[k].ramp > 0 ? GP_STEER_RAMP : GP_STEER_CONSTANT, .steps = sf[k].ramp};
+                           .schedule = sf[k].warmup > 0 ? GP_STEER_WARMUP
+                                       : sf[k].ramp > 0 ? GP_STEER_RAMP : GP_STEER_CONSTANT,
+                           .steps = sf[k].warmup > 0 ? sf[k].warmup : sf[k].ramp};
         gp_status s = gp_ctx_steer_add(c, &h);
         gp_free(vec);
         if (s) return cli_fail("adding a steering hook"), -1;
@@ -114,11 +116,32 @@ static int apply_steering(gp_ctx *c, const gp_model *m, const steer_flag *sf, in
     return 0;
 }
 
+/* Generates; with resample, a result with a suspect line is drawn once more with the next seed.  Fills *extra with
+ * the JSON fields of the guardrail ("" without it).  Returns the library status. */
+static gp_status generate_guarded(gp_ctx *c, const int32_t *ids, int32_t n_ids, gp_gen_config *g, int resample,
+                                  stream_state *st, gp_gen_result *r, char *extra, size_t cap) {
+    extra[0] = 0;
+    gp_status s = gp_generate(c, ids, n_ids, g, on_token, st, r);
+    if (s || !resample) return s;
+    int lines = 0, bad = cli_suspect_lines(r->text, r->text ? r->text_len : 0, &lines), resampled = 0;
+    if (bad > 0) {
+        gp_gen_result_free(r);
+        g->seed += 1;
+        if ((s = gp_generate(c, ids, n_ids, g, on_token, st, r))) return s;
+        bad = cli_suspect_lines(r->text, r->text ? r->text_len : 0, &lines);
+        resampled = 1;
+    }
+    snprintf(extra, cap, ",\"resampled\":%s,\"suspect_lines\":%d,\"lines\":%d,\"seed\":%llu",
+             resampled ? "true" : "false", bad, lines, (unsigned long long)g->seed);
+    return GP_OK;
+}
+
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *prompt = NULL, *prompt_ids = NULL, *format = "text", *prompt_cache = NULL;
-    const char *lb_spec = NULL;
+    const char *lb_spec = NULL, *prompts_file = NULL;
+    int32_t batch_size = 8;
     double lb_alpha = 1.0;
-    int32_t max_tokens = 64, ignore_eos = 0;
+    int32_t max_tokens = 64, ignore_eos = 0, mlock = 0, resample = 0;
     steer_flag sf[MAX_STEER];
     int n_sf = 0;
     gp_ctx_params cp = gp_ctx_default_params();
@@ -132,6 +155,10 @@ int cmd_generate(int argc, char **argv) {
         }
         if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = 1;
+            continue;
+        }
+        if (!strcmp(a, "--mlock") || !strcmp(a, "--resample-on-suspect")) {
+            *(a[2] == 'm' ? &mlock : &resample) = 1;
             continue;
         }
         int gf = cli_gen_flag(argc, argv, &i, &scratch);
@@ -150,21 +177,25 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
         else if (!strcmp(a, "--prompt-cache")) prompt_cache = v;
+        else if (!strcmp(a, "--prompts-file")) prompts_file = v;
+        else if (!strcmp(a, "--batch-size")) bad = parse_int(a, v, 1, &batch_size);
         else if (!strcmp(a, "--format")) format = v;
-        else if (!strcmp(a, "--max-tokens")) bad = parse_int(a, v, 0, &max_tokens);
+        else if (!strcmp(a, "--max-tokens")) bad = parse_int(a, v, 1, &max_tokens); /* 0 / negative: an error, as transformers */
         else if (!strcmp(a, "--steer-vector")) {
             if (n_sf == MAX_STEER) {
                 fprintf(stderr, "genparity generate: at most %d --steer-vector hooks\n", MAX_STEER);
                 return 2;
             }
-            sf[n_sf++] = (steer_flag){v, -1, 0, 1.0};
-        } else if (!strcmp(a, "--steer-layer") || !strcmp(a, "--steer-alpha") || !strcmp(a, "--steer-ramp")) {
+            sf[n_sf++] = (steer_flag){v, -1, 0, 0, 1.0};
+        } else if (!strcmp(a, "--steer-layer") || !strcmp(a, "--steer-alpha") || !strcmp(a, "--steer-ramp") ||
+                   !strcmp(a, "--steer-warmup")) {
             if (!n_sf) {
                 fprintf(stderr, "genparity generate: %s must follow a --steer-vector\n", a);
                 return 2;
             }
             if (a[8] == 'l') bad = parse_int(a, v, 0, &sf[n_sf - 1].layer);
             else if (a[8] == 'r') bad = parse_int(a, v, 0, &sf[n_sf - 1].ramp);
+            else if (a[8] == 'w') bad = parse_int(a, v, 1, &sf[n_sf - 1].warmup);
             else bad = parse_num(a, v, &sf[n_sf - 1].alpha);
         } else if (!strcmp(a, "--logit-bias-vector")) lb_spec = v;
         else if (!strcmp(a, "--logit-bias-alpha")) bad = parse_num(a, v, &lb_alpha);
@@ -176,6 +207,12 @@ int cmd_generate(int argc, char **argv) {
         i++;
     }
     for (int k = 0; k < n_sf; k++)
+        if (sf[k].ramp > 0 && sf[k].warmup > 0) {
+            fprintf(stderr, "genparity generate: --steer-vector %s: give --steer-ramp or --steer-warmup, not both\n",
+                    sf[k].spec);
+            return 2;
+        }
+    for (int k = 0; k < n_sf; k++)
         if (sf[k].layer < 0) {
             fprintf(stderr, "genparity generate: --steer-vector %s needs a --steer-layer\n", sf[k].spec);
             return 2;
@@ -185,8 +222,12 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "genparity generate: --format must be text or json\n");
         return 2;
     }
-    if (!prompt == !prompt_ids) {
-        fprintf(stderr, "genparity generate: give exactly one of --prompt or --prompt-ids\n");
+    if ((prompt != NULL) + (prompt_ids != NULL) + (prompts_file != NULL) != 1) {
+        fprintf(stderr, "genparity generate: give exactly one of --prompt, --prompt-ids or --prompts-file\n");
+        return 2;
+    }
+    if (prompts_file && (n_sf || lb_spec || prompt_cache)) {
+        fprintf(stderr, "genparity generate: --prompts-file does not take steering flags or --prompt-cache\n");
         return 2;
     }
     if (!model_dir) model_dir = cli_default_model();
@@ -198,14 +239,27 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     gp_model *m = NULL;
-    if (gp_model_load(model_dir, NULL, &m) != GP_OK) {
+    if (cli_model_load(model_dir, &m) != GP_OK) {
         gp_free(ids);
         return cli_fail("loading the model");
+    }
+    if (mlock && gp_model_mlock(m) != GP_OK) {
+        gp_free(ids);
+        gp_model_free(m);
+        return cli_fail("--mlock");
     }
     int rc = 1;
     gp_ctx *c = NULL;
     gp_gen_result r = {0};
     const gp_tokenizer *tok = gp_model_tokenizer(m);
+    if (prompts_file) {
+        gp_gen_config g = gp_model_gen_config(m);
+        g.max_new_tokens = max_tokens;
+        g.ignore_eos = ignore_eos;
+        cli_apply_gen_flags(argc, argv, &g);
+        rc = cli_generate_prompts_file(m, &cp, &g, prompts_file, json, batch_size);
+        goto done;
+    }
     if (!prompt_ids) {
         if (!tok) {
             fprintf(stderr, "genparity generate: %s has no tokenizer.json; use --prompt-ids\n", model_dir);
@@ -242,68 +296,21 @@ int cmd_generate(int argc, char **argv) {
     gp_gen_config g = gp_model_gen_config(m);
     g.max_new_tokens = max_tokens;
     g.ignore_eos = ignore_eos;
-    for (int i = 1; i < argc; i++) /* the sampling flags, over the model's generation config */
-        if (cli_gen_flag(argc, argv, &i, &g) == 0 && strcmp(argv[i], "--ignore-eos") && strcmp(argv[i], "--help"))
-            i++;
+    cli_apply_gen_flags(argc, argv, &g);
 
     int32_t cached_before = gp_ctx_n_past(c);
-    stream_state st = {tok != NULL, !json};
-    gp_status s = gp_generate(c, ids, n_ids, &g, on_token, &st, &r);
+    stream_state st = {tok != NULL, !json && !resample}; /* a resampled run prints at the end */
+    char extra[160];
+    gp_status s = generate_guarded(c, ids, n_ids, &g, resample, &st, &r, extra, sizeof extra);
     if (s != GP_OK) {
         cli_fail("generating");
         goto done;
     }
     rc = 0;
     if (json) {
-        const char *text = r.text;
-        size_t tlen = r.text_len;
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        printf("{\"prompt_ids\":");
-        print_ids(ids, n_ids);
-        printf(",\"tokens\":");
-        print_ids(r.tokens, r.n_tokens);
-        printf(",\"text\":");
-        cli_json_string(stdout, text ? text : "", text ? tlen : 0);
-        if (r.n_sequences > 0) { /* beam search: every returned beam, best first */
-            printf(",\"sequences\":[");
-            for (int32_t k = 0; k < r.n_sequences; k++) {
-                if (k) putchar(',');
-                print_ids(r.sequences[k].tokens, r.sequences[k].n_tokens);
-            }
-            printf("],\"sequence_scores\":[");
-            for (int32_t k = 0; k < r.n_sequences; k++) printf("%s%.9g", k ? "," : "", (double)r.sequences[k].score);
-            printf("],\"sequence_texts\":[");
-            for (int32_t k = 0; k < r.n_sequences; k++) {
-                if (k) putchar(',');
-                const gp_gen_sequence *q = &r.sequences[k];
-                cli_json_string(stdout, q->text ? q->text : "", q->text ? q->text_len : 0);
-            }
-            putchar(']');
-        }
-        if (r.logprobs) {
-            printf(",\"logprobs\":[");
-            for (int32_t k = 0; k < r.n_tokens; k++) {
-                printf("%s{\"id\":%d,\"logprob\":%.9g", k ? "," : "", r.tokens[k], (double)r.logprobs[k]);
-                if (r.top_logprobs) {
-                    printf(",\"top\":[");
-                    for (int32_t t = 0; t < r.n_top; t++) {
-                        const gp_top_logprob *e = &r.top_logprobs[(size_t)k * (size_t)r.n_top + (size_t)t];
-                        printf("%s{\"id\":%d,\"logprob\":%.9g}", t ? "," : "", e->id, (double)e->logprob);
-                    }
-                    putchar(']');
-                }
-                putchar('}');
-            }
-            putchar(']');
-        }
-        int gen_steps = r.n_tokens > 0 ? r.n_tokens - 1 : 0; /* the first token comes from the prefill */
-        printf(",\"finish_reason\":\"%s\",\"prompt_tokens_per_s\":%.3f,\"generation_tokens_per_s\":%.3f,"
-               "\"peak_memory_bytes\":%lld,\"kv_cache_bytes\":%llu,\"prompt_cache_tokens\":%d}\n",
-               gp_finish_reason_str(r.finish_reason), r.prompt_seconds > 0 ? r.n_prompt / r.prompt_seconds : 0.0,
-               r.gen_seconds > 0 ? gen_steps / r.gen_seconds : 0.0, (long long)ru.ru_maxrss * 1024LL,
-               (unsigned long long)gp_ctx_kv_bytes(c), cached_before);
+        cli_print_result_json(&r, ids, n_ids, c, cached_before, extra);
     } else {
+        if (resample && r.text) fwrite(r.text, 1, r.text_len, stdout);
         putchar('\n');
     }
 done:

@@ -107,7 +107,7 @@ int cmd_validate(int argc, char **argv) {
     int32_t nv = 0;
     gp_st_set *ref = NULL;
     variant *vs = calloc((size_t)na, sizeof *vs);
-    if (gp_model_load(model_dir ? model_dir : cli_default_model(), NULL, &m) != GP_OK) {
+    if (cli_model_load(model_dir ? model_dir : cli_default_model(), &m) != GP_OK) {
         cli_fail("loading the model");
         goto done;
     }

@@ -275,3 +275,13 @@ int cli_gen_flag(int argc, char **argv, int *i, gp_gen_config *g) {
     *i += 1; /* the value */
     return 1;
 }
+
+void cli_apply_gen_flags(int argc, char **argv, gp_gen_config *g) {
+    static const char *const bools[] = {"--ignore-eos", "--help", "-h", "--mlock", "--resample-on-suspect"};
+    for (int i = 1; i < argc; i++) {
+        if (cli_gen_flag(argc, argv, &i, g) != 0) continue;
+        int is_bool = 0;
+        for (size_t k = 0; k < sizeof bools / sizeof *bools; k++) is_bool |= !strcmp(argv[i], bools[k]);
+        if (!is_bool) i++;
+    }
+}

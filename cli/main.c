@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "  validate     steering validation harness (determinism, divergence, suspect lines, KL)\n"
             "  bench        llama-bench-style speed test (genparity bench --help)\n"
             "  make-model   write a random-weight model folder of a real shape (genparity make-model --help)\n"
+            "  check-models run several models on the same prompts: speed, memory, outputs (check-models --help)\n"
             "  version      print the version\n",
             gp_version());
 }
@@ -167,6 +168,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "validate")) return cmd_validate(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "make-model")) return cmd_make_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "check-models")) return cmd_check_models(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("genparity %s\n", gp_version());
         return 0;

@@ -153,6 +153,14 @@ gp_model_params gp_model_default_params(void);
  * their stored dtype.  params may be NULL.  Returns GP_OK and *out (caller frees with gp_model_free). */
 gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model **out);
 
+/* Resolves a model name to a folder, offline (nothing is downloaded): an existing folder (relative, absolute or
+ * "~/..."; mlx-lm's load(path)) or an explicit path ("/...", "./...", "../...") is returned as is; "org/name[@revision]" is looked up in the Hugging Face hub cache
+ * ($HF_HUB_CACHE, $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub, in
+ * that order): models--org--name/snapshots/<commit>/, where <commit> is read from refs/<revision> (default "main") or
+ * is the revision itself.  Returns GP_OK and *dir (caller frees with gp_free), or GP_ERR_MISSING with a message
+ * listing every place it looked. */
+gp_status gp_model_resolve(const char *name, char **dir);
+
 /* Frees a model and unmaps its files; NULL is a no-op.  Every gp_ctx of the model must be freed first. */
 void gp_model_free(gp_model *m);
 
@@ -181,6 +189,19 @@ uint64_t gp_model_weight_bytes(const gp_model *m);
  * (the embedding table when tied) and one embedding row.  KV-cache reads are not included. */
 uint64_t gp_model_decode_bytes(const gp_model *m);
 
+/* Pins the model's memory-mapped weights in RAM (mlock), so that they are never paged out.  Returns GP_OK, or
+ * GP_ERR_UNSUPPORTED (nothing pinned) when RLIMIT_MEMLOCK or the system does not allow it; the message gives the bytes
+ * needed and the limit.  The pages stay pinned until gp_model_free. */
+gp_status gp_model_mlock(const gp_model *m);
+
+/* Returns the process's peak resident set in bytes since it started or since the last gp_mem_peak_reset (Linux:
+ * VmHWM of /proc/self/status; elsewhere getrusage's peak), 0 if unknown. */
+uint64_t gp_mem_peak_rss(void);
+
+/* Resets the process's peak resident set to its current resident set (Linux /proc/self/clear_refs), so the next
+ * gp_mem_peak_rss measures one run.  Returns GP_OK or GP_ERR_UNSUPPORTED where the system cannot. */
+gp_status gp_mem_peak_reset(void);
+
 /* Returns the CPU kernel path in use: "avx512", "avx2" or "scalar" (static string).  Chosen once from the CPU's
  * features; the environment variable GENPARITY_SIMD=scalar|avx2|avx512 forces a path the CPU supports. */
 const char *gp_cpu_simd(void);
@@ -199,7 +220,7 @@ typedef struct gp_ctx_params {
     int32_t max_kv_size;   /* 0 (default): unbounded up to n_ctx; N > 0: rotating cache of N positions per layer
                               (mlx-lm's RotatingKVCache): position p attends to the first `keep` positions and the
                               most recent N - keep positions up to p; memory stays bounded however long the run */
-    int32_t keep;          /* rotating: positions never evicted (default 0) */
+    int32_t keep;          /* rotating: positions never evicted (default 4, mlx-lm's; must be < max_kv_size) */
     int32_t kv_bits;       /* 0 (default): float32 cache; 4 or 8: affine-quantized rows */
     int32_t kv_group_size; /* quantization group along a position's [n_kv_heads * head_dim] row: 32, 64 (default),
                               128; the last group of a row may be shorter */
@@ -551,6 +572,25 @@ typedef int (*gp_token_cb)(const gp_token_event *ev, void *user_data);
  * (result empty) when the config is invalid or evaluation fails. */
 gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
                       gp_token_cb on_token, void *user_data, gp_gen_result *result);
+
+/* One sequence of gp_generate_batch. */
+typedef struct gp_batch_seq {
+    gp_ctx *ctx;              /* the sequence's own context (one per sequence; every context of the same model) */
+    const int32_t *prompt;    /* borrowed during the call */
+    int32_t n_prompt;
+    const gp_gen_config *cfg; /* the sequence's config (borrowed) */
+    gp_token_cb on_token;     /* may be NULL; receives this sequence's ids */
+    void *user_data;
+} gp_batch_seq;
+
+/* Generates n sequences together: each prompt is prefilled, then each step picks the next id of every unfinished
+ * sequence and evaluates them all before the next step; sequences have their own lengths, configs and stopping
+ * criteria and finish at different steps.  Every sequence's tokens, text, logprobs and logits are bit-identical to
+ * gp_generate alone on its context with its config, for any batch and thread count.  results [n] (caller frees each
+ * with gp_gen_result_free); status [n] (may be NULL) receives each sequence's own status.  Returns GP_OK when every
+ * sequence succeeded, else the first failing sequence's status (its message names the index).  Sequences with
+ * num_beams > 1 run alone, after the others. */
+gp_status gp_generate_batch(const gp_batch_seq *seqs, int32_t n, gp_gen_result *results, gp_status *status);
 
 /* Frees the arrays inside a result and zeroes it; NULL is a no-op. */
 void gp_gen_result_free(gp_gen_result *r);

@@ -15,6 +15,7 @@ gp_ctx_params gp_ctx_default_params(void) {
     gp_ctx_params p = {0};
     p.prefill_chunk = 512;
     p.kv_group_size = 64;
+    p.keep = 4; /* mlx-lm's RotatingKVCache keep (used only with max_kv_size) */
     return p;
 }
 

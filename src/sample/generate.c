@@ -18,16 +18,10 @@ gp_gen_config gp_model_gen_config(const gp_model *m) {
     return g;
 }
 
-typedef struct {
-    gp_ctx *c;
-    gp_detok *d;
-    int prefill; /* the next eval is the prompt: reuse the cache's common prefix (gp_ctx_prefill) */
-} ctx_engine;
-
-static void ce_reset(void *self) { ((ctx_engine *)self)->prefill = 1; }
+static void ce_reset(void *self) { ((gp_ctx_engine *)self)->prefill = 1; }
 
 static gp_status ce_eval(void *self, const int32_t *ids, int32_t n, float *logits) {
-    ctx_engine *ce = self;
+    gp_ctx_engine *ce = self;
     if (ce->prefill) {
         ce->prefill = 0;
         return gp_ctx_prefill(ce->c, ids, n, logits, NULL);
@@ -36,10 +30,33 @@ static gp_status ce_eval(void *self, const int32_t *ids, int32_t n, float *logit
 }
 
 static gp_status ce_push(void *self, int32_t id, const char **piece) {
-    return gp_detok_push(((ctx_engine *)self)->d, id, piece);
+    return gp_detok_push(((gp_ctx_engine *)self)->d, id, piece);
 }
 
-static gp_status ce_flush(void *self, const char **piece) { return gp_detok_flush(((ctx_engine *)self)->d, piece); }
+static gp_status ce_flush(void *self, const char **piece) { return gp_detok_flush(((gp_ctx_engine *)self)->d, piece); }
+
+gp_status gp_ctx_engine_bind(gp_ctx_engine *ce, gp_gen_engine *e, gp_ctx *c, const gp_gen_config *cfg) {
+    const gp_model *m = gp_ctx_model(c);
+    *ce = (gp_ctx_engine){c, NULL, 1};
+    memset(e, 0, sizeof *e);
+    e->self = ce;
+    e->n_vocab = gp_model_n_vocab(m);
+    e->reset = ce_reset;
+    e->eval = ce_eval;
+    const gp_tokenizer *tok = gp_model_tokenizer(m);
+    if (tok) {
+        gp_status s = gp_detok_init(tok, cfg->skip_special_tokens, &ce->d);
+        if (s) return s;
+        e->detok_push = ce_push;
+        e->detok_flush = ce_flush;
+    }
+    return GP_OK;
+}
+
+void gp_ctx_engine_unbind(gp_ctx_engine *ce) {
+    gp_detok_free(ce->d);
+    ce->d = NULL;
+}
 
 /* ---- beam search on one context: beam j lives in the named cache "gp.beam<gen>.<j>", forked (copy-on-write) from
  * its parent each step; beam 0 starts as the context's current cache, which keeps the prompt afterwards ---- */
@@ -227,21 +244,10 @@ gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const 
     if (cfg->num_return_sequences > 1)
         return gp_set_error(GP_ERR_UNSUPPORTED, "gen_config: field 'num_return_sequences' = %d needs num_beams >= it "
                             "(several independent samples: gp_generate_batch)", (int)cfg->num_return_sequences);
-    const gp_model *m = gp_ctx_model(c);
-    ctx_engine ce = {c, NULL, 1};
-    gp_gen_engine e = {0};
-    e.self = &ce;
-    e.n_vocab = gp_model_n_vocab(m);
-    e.reset = ce_reset;
-    e.eval = ce_eval;
-    const gp_tokenizer *tok = gp_model_tokenizer(m);
-    if (tok) {
-        gp_status s = gp_detok_init(tok, cfg->skip_special_tokens, &ce.d);
-        if (s) return s;
-        e.detok_push = ce_push;
-        e.detok_flush = ce_flush;
-    }
-    gp_status s = gp_gen_run(&e, prompt, n_prompt, cfg, on_token, user_data, result);
-    gp_detok_free(ce.d);
+    gp_ctx_engine ce;
+    gp_gen_engine e;
+    gp_status s = gp_ctx_engine_bind(&ce, &e, c, cfg);
+    if (!s) s = gp_gen_run(&e, prompt, n_prompt, cfg, on_token, user_data, result);
+    gp_ctx_engine_unbind(&ce);
     return s;
 }

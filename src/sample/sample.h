@@ -158,6 +158,61 @@ typedef struct gp_gen_engine {
 gp_status gp_gen_run(const gp_gen_engine *e, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
                      gp_token_cb on_token, void *user_data, gp_gen_result *result);
 
+/* Text accumulated from the detokenizer, with what was already streamed. */
+typedef struct gp_gen_text {
+    char *buf;
+    size_t len, cap;
+    size_t emitted; /* bytes already given to the callback */
+    size_t checked; /* bytes already searched for stop strings */
+} gp_gen_text;
+
+/* One sequence of the loop as a state machine: begin (checks, prefill -> logits), then while next() gives an id,
+ * the caller evaluates it into q->logits and reports the status with decoded(); end() fills the result.  gp_gen_run
+ * is exactly that loop; gp_generate_batch runs several sequences' next/evaluate/decoded in lockstep. */
+typedef struct gp_gen_seq {
+    const gp_gen_engine *e;
+    const gp_gen_config *cfg;
+    gp_token_cb on_token;
+    void *user_data;
+    gp_gen_result *result;
+    int32_t n_prompt, n_new, max_len, n_top;
+    int64_t limit;
+    int want_lp, detok_flushed;
+    gp_rng rng;
+    gp_finish_reason finish;
+    gp_status ret;
+    double t0, t1;
+    int32_t *ids; /* prompt + generated */
+    size_t ids_cap, lp_cap, top_cap;
+    float *logprobs;
+    gp_top_logprob *top;
+    float *logits, *scores, *lp; /* [n_vocab]: logits is where the next evaluation writes */
+    gp_sample_ws ws;
+    gp_gen_text text;
+} gp_gen_seq;
+
+/* Checks, allocates, prefills (result zeroed first).  On error nothing is left to free. */
+gp_status gp_gen_seq_begin(gp_gen_seq *q, const gp_gen_engine *e, const int32_t *prompt, int32_t n_prompt,
+                           const gp_gen_config *cfg, gp_token_cb on_token, void *user_data, gp_gen_result *result);
+/* Chooses the next id from q->logits, applies the stopping criteria and streams it; returns 1 with *tok to evaluate,
+ * 0 when the sequence is finished (or failed). */
+int gp_gen_seq_next(gp_gen_seq *q, int32_t *tok);
+/* Reports the evaluation of that id (GP_ERR_RANGE: the context is full); returns 1 to go on. */
+int gp_gen_seq_decoded(gp_gen_seq *q, gp_status s);
+/* Fills the result and frees the state; returns GP_OK, GP_ERR_CANCELLED (result filled) or the error (result
+ * empty). */
+gp_status gp_gen_seq_end(gp_gen_seq *q);
+
+/* The engine of one gp_ctx (generate.c): the prompt through gp_ctx_prefill (prefix reuse), then gp_ctx_eval; the
+ * model's tokenizer through a streaming detokenizer. */
+typedef struct gp_ctx_engine {
+    gp_ctx *c;
+    gp_detok *d;
+    int prefill; /* the next eval is the prompt */
+} gp_ctx_engine;
+gp_status gp_ctx_engine_bind(gp_ctx_engine *ce, gp_gen_engine *e, gp_ctx *c, const gp_gen_config *cfg);
+void gp_ctx_engine_unbind(gp_ctx_engine *ce);
+
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* Beam search (transformers' _beam_search) over an engine of n parallel sequences ("beams")                         */
 /* ---------------------------------------------------------------------------------------------------------------- */
