@@ -1,8 +1,11 @@
 # genparity — build, test and benchmark.
 #   make            build/genparity, build/libgenparity.a, build/libgenparity.so
-#   make test       build and run the whole suite (ends with "N passed, N failed, N skipped")
+#   make test       build and run the whole suite (ends with "N passed, N failed, N skipped"), then the Python
+#                   tests (python/tests, pytest from .venv; scripts/python-tests.sh)
 #   make asan       the unit suite once under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   make bench-tokenizer  tokenizer load time and encode/decode MB/s on the fixture tokenizers
+#   make bench-compare    genparity and llama.cpp side by side on the same weights (bench/compare.sh; needs
+#                         LLAMA_BENCH and LLAMA_CPP_DIR from a fetched llama.cpp, never committed)
 #   make demo       generate Shakespeare-like text from the embedded model
 #   make deps       install the Debian packages the build needs (as root), else print the apt-get line
 
@@ -15,17 +18,18 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unused
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
+SERVER_LDLIBS = -lmicrohttpd
 LDFLAGS_ALL = -fopenmp $(SAN) $(LDFLAGS)
 
 LIB_SRC  := $(shell find src -name '*.c' | sort)
-CLI_SRC  := $(shell find cli -name '*.c' | sort)
+CLI_SRC  := $(shell find cli server -name '*.c' | sort)
 TEST_SRC := $(shell find tests -name '*.c' | sort)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 
-.PHONY: all test asan demo deps clean bench bench-tokenizer header-check
+.PHONY: all test asan demo deps clean bench bench-compare bench-tokenizer header-check
 
 all: deps-check $(BUILD)/genparity $(BUILD)/libgenparity.a $(BUILD)/libgenparity.so
 
@@ -47,7 +51,7 @@ $(BUILD)/libgenparity.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
 
 $(BUILD)/genparity: $(CLI_OBJ) $(BUILD)/libgenparity.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS) $(SERVER_LDLIBS)
 
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libgenparity.a
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
@@ -61,6 +65,7 @@ $(BUILD)/header-check.stamp: include/genparity.h
 
 test: all $(BUILD)/run_tests $(BUILD)/header-check.stamp
 	GENPARITY_BIN=$(BUILD)/genparity ./$(BUILD)/run_tests $(T)
+	GENPARITY_BIN=$(BUILD)/genparity sh scripts/python-tests.sh $(T)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
@@ -73,6 +78,9 @@ demo: all
 
 bench: all
 	sh bench/run.sh
+
+bench-compare: all
+	sh bench/compare.sh
 
 FIXTURES ?= ../shared/fixtures
 $(BUILD)/bench_tokenizer: bench/bench_tokenizer.c $(BUILD)/libgenparity.a

@@ -3,8 +3,6 @@
  * divergence from the unsteered run, the rate of suspect lines (gp_text_suspect), and optionally the KL divergence
  * of the next-token distribution after each prompt against a reference logits file. */
 #include "cli.h"
-#include "io/safetensors.h"
-#include "util/util.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -24,7 +22,7 @@ static void help(FILE *f) {
             "  --reference-logits: safetensors with prompt{i}.last_logits [n_vocab]; reports mean KL(ref || variant)\n"
             "  of the next-token distribution after prompt i.\n"
             "  Exit code 1 when a steered variant's suspect rate is over --max-suspect-rate or its divergence under\n"
-            "  --min-divergence (both in %%).  Sampling: the model's defaults with do_sample on; --temp 0 for greedy.\n");
+            "  --min-divergence (both in %%), or when it reproduces the base exactly on every prompt.  Sampling: the model's defaults with do_sample on; --temp 0 for greedy.\n");
 }
 
 typedef struct variant {
@@ -232,12 +230,15 @@ int cmd_validate(int argc, char **argv) {
         if (k > 0 && max_suspect >= 0 && sus > max_suspect) fail = 1;
         if (k > 0 && min_div >= 0 && div < min_div) fail = 1;
         if (!vr->deterministic) fail = 1;
+        /* a steered variant that reproduces the base exactly on every prompt: the steering did nothing */
+        const int same_as_base = k > 0 && vr->alpha != 0 && vr->diverged == 0;
+        if (same_as_base) fail = 1;
         if (json) {
             printf("%s{\"alpha\":%g,\"deterministic\":%s,\"divergence_pct\":%.2f,\"suspect_line_pct\":%.2f,\"lines\":%d,"
                    "\"suspect_by_heuristic\":{",
                    k ? "," : "", vr->alpha, vr->deterministic ? "true" : "false", div, sus, vr->lines);
             for (int b = 0; b < 5; b++) printf("%s\"%s\":%d", b ? "," : "", flag_names[b], vr->flag_counts[b]);
-            printf("}");
+            printf("},\"reproduces_base\":%s", same_as_base ? "true" : "false");
             if (vr->kl_n) printf(",\"kl_mean\":%.6g", vr->kl_sum / vr->kl_n);
             printf(",\"samples\":[");
             for (int p = 0; p < np; p++) {
@@ -248,12 +249,13 @@ int cmd_validate(int argc, char **argv) {
         } else {
             char kl[32] = "-";
             if (vr->kl_n) snprintf(kl, sizeof kl, "%.4g", vr->kl_sum / vr->kl_n);
-            printf("| %g | %s | %.1f | %.1f | %d | %s |\n", vr->alpha, vr->deterministic ? "yes" : "NO", div, sus,
-                   vr->lines, kl);
+            printf("| %g | %s | %.1f%s | %.1f | %d | %s |\n", vr->alpha, vr->deterministic ? "yes" : "NO", div,
+                   same_as_base ? " (= base!)" : "", sus, vr->lines, kl);
         }
     }
     if (json) printf("],\"pass\":%s}\n", fail ? "false" : "true");
-    else if (fail) printf("FAIL: a threshold was not met (or a variant was not deterministic)\n");
+    else if (fail) printf("FAIL: a threshold was not met, a variant was not deterministic, or a steered variant "
+                          "reproduced the base exactly\n");
     rc = fail ? 1 : 0;
 done:
     if (vs)

@@ -8,10 +8,16 @@
  *   - Every fallible call returns a gp_status; GP_OK is 0.  On failure the message (naming the file and the
  *     field at fault) is kept thread-locally and read with gp_errmsg() until the next failing call on the thread.
  *   - Handles are opaque.  Every _init/_load has a _free; freeing NULL is a no-op.
+ *   - NULL handles (one rule for every function): a fallible call given a NULL handle, or a NULL pointer it needs,
+ *     returns GP_ERR_INVALID_ARG; a getter given a NULL handle returns a neutral value and never crashes: 0 for
+ *     counts and sizes, -1 for ids, NULL for pointers (gp_logits_kl: NAN); a void call on NULL does nothing.
  *   - Ownership is stated on each function: "borrowed" pointers stay owned by the handle and live as long as it;
  *     "caller frees" results are released with the named function.
- *   - gp_model is immutable after load and may be shared by any number of threads and contexts.
- *     gp_ctx (KV cache, scratch, hooks) belongs to one thread at a time.
+ *   - gp_model is immutable after load and may be shared by any number of threads and contexts, each thread
+ *     using its own gp_ctx; results do not depend on how many contexts run at once (checked under ThreadSanitizer
+ *     by `make tsan`).  gp_ctx (KV cache, scratch, hooks) belongs to one thread at a time.
+ *   - Files are opened without blocking: a FIFO, socket, device or directory given as a path is refused with
+ *     GP_ERR_IO before any read.
  *   - The library never exits, aborts or prints.
  *   - Enums are append-only; params structs come from gp_*_default_params() so new fields get defaults.
  *
@@ -52,7 +58,8 @@ typedef enum gp_status {
     GP_ERR_MISSING = 6,     /* a required file, tensor or field is absent */
     GP_ERR_RANGE = 7,       /* a value (token id, position, context length) is outside its valid range */
     GP_ERR_STATE = 8,       /* the call is not valid in the handle's current state */
-    GP_ERR_CANCELLED = 9    /* a callback asked to stop */
+    GP_ERR_CANCELLED = 9,   /* a callback asked to stop */
+    GP_ERR_TEMPLATE = 10    /* a chat template failed while rendering; for raise_exception() the message is its text */
 } gp_status;
 
 /* Returns a static, human-readable name for a status ("GP_ERR_FORMAT"). Never NULL. */
@@ -89,12 +96,13 @@ gp_status gp_tokenizer_encode(const gp_tokenizer *tok, const char *text, size_t 
 
 /* Decodes ids into UTF-8 text like transformers' decode(ids, skip_special_tokens=skip_special).  Byte-level ids
  * that end mid-character decode to one U+FFFD at the end; an incomplete <0xNN> byte-fallback run becomes one U+FFFD
- * per byte (tokenizers' ByteFallback).  Returns GP_OK and *text (NUL-terminated, caller frees with gp_free) of
- * *len bytes, or GP_ERR_RANGE for an id outside [0, n_vocab). */
+ * per byte (tokenizers' ByteFallback).  Ids >= n_vocab (a model's padded vocab_size) decode to "" like tokenizers'
+ * decode.  Returns GP_OK and *text (NUL-terminated, caller frees with gp_free) of *len bytes, or GP_ERR_RANGE for a
+ * negative id. */
 gp_status gp_tokenizer_decode(const gp_tokenizer *tok, const int32_t *ids, int32_t n_ids, int skip_special,
                               char **text, size_t *len);
 
-/* Returns the number of ids (vocabulary plus added tokens). */
+/* Returns the number of ids (vocabulary plus added tokens); 0 for NULL. */
 int32_t gp_tokenizer_n_vocab(const gp_tokenizer *tok);
 
 /* Returns the id of a token string, or -1 if it is not in the vocabulary. */
@@ -124,11 +132,15 @@ gp_status gp_detok_init(const gp_tokenizer *tok, int skip_special, gp_detok **ou
 void gp_detok_free(gp_detok *d);
 
 /* Adds one id; *piece receives the newly final text (borrowed, valid until the next call on d, may be "").
- * Returns GP_OK, or GP_ERR_RANGE for an id outside [0, n_vocab). */
+ * Ids >= n_vocab add nothing (as in gp_tokenizer_decode).  Returns GP_OK, or GP_ERR_RANGE for a negative id. */
 gp_status gp_detok_push(gp_detok *d, int32_t id, const char **piece);
 
 /* Returns in *piece whatever text is still held back (borrowed, valid until the next call on d). */
 gp_status gp_detok_flush(gp_detok *d, const char **piece);
+
+/* Returns the length in bytes of the piece last returned by gp_detok_push / gp_detok_flush (a piece may hold NUL
+ * bytes, e.g. from a <0x00> byte token, so strlen can stop early); 0 for NULL. */
+size_t gp_detok_piece_len(const gp_detok *d);
 
 /* Frees memory returned by genparity with "caller frees with gp_free"; NULL is a no-op. */
 void gp_free(void *p);
@@ -220,7 +232,8 @@ typedef struct gp_ctx_params {
     int32_t max_kv_size;   /* 0 (default): unbounded up to n_ctx; N > 0: rotating cache of N positions per layer
                               (mlx-lm's RotatingKVCache): position p attends to the first `keep` positions and the
                               most recent N - keep positions up to p; memory stays bounded however long the run */
-    int32_t keep;          /* rotating: positions never evicted (default 4, mlx-lm's; must be < max_kv_size) */
+    int32_t keep;          /* rotating: positions never evicted; -1 (default): mlx-lm's 4 (at most max_kv_size - 1)
+                              with a rotating cache, else 0; an explicit keep > 0 needs max_kv_size > 0 */
     int32_t kv_bits;       /* 0 (default): float32 cache; 4 or 8: affine-quantized rows */
     int32_t kv_group_size; /* quantization group along a position's [n_kv_heads * head_dim] row: 32, 64 (default),
                               128; the last group of a row may be shorter */
@@ -284,7 +297,7 @@ gp_status gp_ctx_cache_fork(gp_ctx *c, const char *src, const char *dst);
 /* Deletes cache name (not the current one). Returns GP_OK, GP_ERR_MISSING or GP_ERR_STATE. */
 gp_status gp_ctx_cache_drop(gp_ctx *c, const char *name);
 
-/* Returns the current cache's name (borrowed). */
+/* Returns the current cache's name (borrowed); NULL for a NULL ctx. */
 const char *gp_ctx_cache_name(const gp_ctx *c);
 
 /* Saves the current cache to a safetensors file whose metadata describes it: model fingerprint (config + weights
@@ -476,6 +489,17 @@ typedef struct gp_gen_config {
     int32_t num_return_sequences;  /* default 1; beam search returns this many (<= num_beams), best first */
     double length_penalty;         /* default 1.0: a finished beam scores sum(logprobs) / new_length^length_penalty */
     int32_t early_stopping;        /* GP_EARLY_STOPPING_*: default FALSE (transformers' heuristic) */
+
+    /* --- more transformers processors (appended fields; order of application: docs/sampling.md) --- */
+    /* (appended fields are off when zero, so a zero-filled tail from an older caller changes nothing) */
+    double encoder_repetition_penalty;   /* default 1.0; 0 or 1.0: off; decoder-only models: the prompt's ids get the
+                                            repetition penalty with 1/penalty (EncoderRepetitionPenaltyLogitsProcessor) */
+    int32_t encoder_no_repeat_ngram_size; /* default 0 (off); n-grams of the prompt are never completed */
+    int32_t remove_invalid_values;       /* default 0; 1: NaN -> 0, +inf / -inf -> the largest / lowest float */
+    int32_t exponential_decay_start;     /* exponential_decay_length_penalty (start_index, decay_factor): after
+                                            start_index new tokens, EOS scores grow by |s| * (decay_factor^k - 1) */
+    double exponential_decay_factor;     /* default 0: off (transformers' None); > 0: on */
+    int32_t renormalize_logits;          /* default 0; 1: log_softmax after every processor and warper */
 } gp_gen_config;
 
 /* gp_gen_config.early_stopping, transformers' early_stopping: False, True, "never". */
@@ -496,7 +520,7 @@ gp_gen_config gp_model_gen_config(const gp_model *m);
 gp_status gp_gen_config_validate(const gp_gen_config *g, int32_t n_vocab);
 
 /* Returns KL(softmax(p) || softmax(q)) in nats for two logit vectors of n entries (computed in double; -inf
- * entries of p contribute nothing). */
+ * entries of p contribute nothing); 0 when n <= 0, NAN when p or q is NULL. */
 double gp_logits_kl(const float *p, const float *q, int32_t n);
 
 typedef enum gp_finish_reason {
@@ -594,6 +618,64 @@ gp_status gp_generate_batch(const gp_batch_seq *seqs, int32_t n, gp_gen_result *
 
 /* Frees the arrays inside a result and zeroes it; NULL is a no-op. */
 void gp_gen_result_free(gp_gen_result *r);
+
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Chat templates: Jinja2 rendered byte for byte as transformers' apply_chat_template(tokenize=False) renders it    */
+/* (sandboxed, trim_blocks + lstrip_blocks, loopcontrols, {% generation %}, tojson, raise_exception, strftime_now) */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+typedef struct gp_chat_template gp_chat_template;
+
+/* Loads a model folder's chat template(s): DIR/chat_template.jinja if present, else tokenizer_config.json's
+ * "chat_template" (a string, or a list of {"name", "template"}), plus tokenizer_config.json's special tokens
+ * (bos_token, eos_token, unk_token, sep_token, pad_token, cls_token, mask_token) as template variables.  Returns GP_OK
+ * and *out (caller frees with gp_chat_template_free); GP_ERR_MISSING when the folder has no template;
+ * GP_ERR_FORMAT ("file:line:col: ...") when a template does not parse. */
+gp_status gp_chat_template_load(const char *model_dir, gp_chat_template **out);
+
+/* Parses template text (len bytes) as a single template; tokenizer_config_path (may be NULL) supplies the special
+ * tokens; name (may be NULL) names it in error messages.  Returns as gp_chat_template_load. */
+gp_status gp_chat_template_from_string(const char *text, size_t len, const char *tokenizer_config_path,
+                                       const char *name, gp_chat_template **out);
+
+/* Frees a template; NULL is a no-op. */
+void gp_chat_template_free(gp_chat_template *t);
+
+/* Returns the value of a special token as the template sees it ("bos_token" -> "<s>"), or NULL; borrowed. */
+const char *gp_chat_template_special(const gp_chat_template *t, const char *name);
+
+#define GP_CHAT_NOW_CLOCK INT64_MIN
+
+typedef struct gp_chat_opts {
+    const char *messages_json;  /* required: JSON array of message objects ({"role", "content", "tool_calls", ...}) */
+    const char *tools_json;     /* NULL (the template sees tools = none) or a JSON array of tool schemas */
+    const char *documents_json; /* NULL (documents = none) or a JSON array */
+    const char *kwargs_json;    /* NULL or a JSON object of extra template variables (enable_thinking, ...); they
+                                   override the special tokens, as apply_chat_template's **kwargs do */
+    int32_t add_generation_prompt;
+    const char *template_name;  /* NULL: transformers' choice ("tool_use" when tools are given and it exists, else
+                                   "default", else the only template); else a name from tokenizer_config.json's list */
+    int64_t now;                /* seconds since the epoch behind strftime_now (formatted in UTC), or GP_CHAT_NOW_CLOCK
+                                   for the local clock as transformers does */
+} gp_chat_opts;
+
+/* Returns opts with every field empty/0 and now = GP_CHAT_NOW_CLOCK. */
+gp_chat_opts gp_chat_opts_default(void);
+
+/* Renders the conversation.  Returns GP_OK with *out a NUL-terminated text of *out_len bytes (caller frees with
+ * gp_free; out_len may be NULL); GP_ERR_FORMAT when a JSON input is malformed (message names it and the position);
+ * GP_ERR_TEMPLATE when rendering fails: gp_errmsg() is exactly the text of the template's raise_exception(), or
+ * "file:line:col: ..." for any other error (undefined value, type error, sandbox limit: nesting, 1e6 loop
+ * iterations, 64 MiB of output, 512 MiB of values). */
+gp_status gp_chat_template_render(const gp_chat_template *t, const gp_chat_opts *opts, char **out, size_t *out_len);
+
+/* Splits a chat model's reply into OpenAI-style fields: returns GP_OK and *json_out (caller frees with gp_free) =
+ * {"content": str|null, "reasoning_content": str|null, "tool_calls": [{"type": "function", "function": {"name",
+ * "arguments" (a JSON string)}}, ...]} where reasoning is the text of <think>...</think> (also when the opening tag
+ * was in the prompt) and tool calls are Hermes/Qwen <tool_call>{...}</tool_call> blocks or a Llama 3.x JSON
+ * {"name", "parameters"|"arguments"} reply; text that parses as neither stays in content. */
+gp_status gp_chat_parse_reply(const char *text, size_t len, char **json_out);
 
 #ifdef __cplusplus
 }

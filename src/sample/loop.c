@@ -146,9 +146,11 @@ static gp_status seq_choose(gp_gen_seq *q, int32_t *tok) {
                                 (int)*tok);
     } else if (cfg->do_sample) {
         *tok = gp_sample_multinomial(q->scores, V, u, q->ws.f0);
-        if (*tok < 0)
-            return gp_set_error(GP_ERR_STATE, "gp_generate: step %d: every token is masked (no probability left)",
-                                (int)q->n_new);
+        if (*tok < 0) {
+            char why[256];
+            gp_scores_diagnose(q->scores, V, why, sizeof why);
+            return gp_set_error(GP_ERR_STATE, "gp_generate: step %d: nothing to sample: %s", (int)q->n_new, why);
+        }
     } else *tok = gp_argmax_f32(q->scores, V);
     return GP_OK;
 }

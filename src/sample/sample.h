@@ -1,11 +1,12 @@
 /* sample.h — internal API of src/sample/: one function per transformers logits processor / warper (in the order of
  * transformers' _get_logits_processor), the non-transformers extras, float32 softmax helpers that follow torch's CPU
  * kernels, the seeded generator, the token pickers, stop strings, the generation loop over an abstract engine, and
- * generation_config.json parsing. */
+ * generation_config.json parsing (declared in model/gen_config.h, below this layer). */
 #ifndef GP_SAMPLE_H
 #define GP_SAMPLE_H
 
 #include "genparity.h"
+#include "model/gen_config.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -70,6 +71,19 @@ void gp_proc_suppress_tokens(float *scores, int32_t n_vocab, const int32_t *tok,
 void gp_proc_begin_suppress(float *scores, int32_t n_vocab, int32_t n_ids, int32_t begin_index, const int32_t *tok,
                             int32_t n_tok);
 
+/* EncoderNoRepeatNGramLogitsProcessor with the prompt as the encoder input: -inf for every token that would complete,
+ * after the last ngram-1 ids, an n-gram of the prompt. */
+void gp_proc_encoder_no_repeat_ngram(float *scores, int32_t n_vocab, const int32_t *ids, int32_t n_ids,
+                                     const int32_t *prompt, int32_t n_prompt, int32_t ngram);
+/* InfNanRemoveLogitsProcessor: NaN -> 0, +inf -> FLT_MAX, -inf -> -FLT_MAX. */
+void gp_proc_remove_invalid(float *scores, int32_t n_vocab);
+/* ExponentialDecayLengthPenalty: once n_ids > n_prompt + start, each EOS score s += |s| * (float)(factor^k - 1),
+ * k = n_ids - n_prompt - start. */
+void gp_proc_exp_decay(float *scores, int32_t n_vocab, int32_t n_ids, int32_t n_prompt, int32_t start, double factor,
+                       const int32_t *eos, int32_t n_eos);
+/* LogitNormalization: scores = log_softmax(scores). */
+void gp_proc_renormalize(float *scores, int32_t n_vocab, gp_sample_ws *ws);
+
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* Non-transformers extras (OpenAI / mlx-lm / llama.cpp knobs)                                                        */
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -101,10 +115,12 @@ void gp_warp_eta(float *scores, int32_t n_vocab, double eps, gp_sample_ws *ws);
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* The pipeline of one step                                                                                          */
 /* ---------------------------------------------------------------------------------------------------------------- */
-/* Applies, in transformers' order: sequence_bias, repetition_penalty, no_repeat_ngram, bad_words, min_length,
- * min_new_tokens, forced_bos, forced_eos (max_len = the step cap of prompt + new tokens, 0 = none),
- * suppress_tokens, begin_suppress_tokens, then the extras (frequency/presence, logit_bias), the caller's processors,
- * and when do_sample temperature, top-k, top-p, min-p, typical, epsilon, eta.  Returns a caller processor's error. */
+/* Applies, in transformers' order: sequence_bias, encoder_repetition_penalty, repetition_penalty, no_repeat_ngram,
+ * encoder_no_repeat_ngram, bad_words, min_length, min_new_tokens, forced_bos, forced_eos (max_len = the step cap of
+ * prompt + new tokens, 0 = none), remove_invalid_values, exponential_decay_length_penalty, suppress_tokens,
+ * begin_suppress_tokens, then the extras (frequency/presence, logit_bias), the caller's processors, when do_sample
+ * temperature, top-k, top-p, min-p, typical, epsilon, eta, and last renormalize_logits.  Returns a caller processor's
+ * error. */
 gp_status gp_process_scores(const gp_gen_config *g, float *scores, int32_t n_vocab, const int32_t *ids,
                             int32_t n_ids, int32_t n_prompt, int32_t max_len, gp_sample_ws *ws);
 
@@ -127,6 +143,8 @@ int32_t gp_sample_multinomial(const float *scores, int32_t n, double u, float *p
 
 /* Fills top [k] with the k largest of logp [n] (descending; ties: lower id first). */
 void gp_top_n(const float *logp, int32_t n, int32_t k, gp_top_logprob *top);
+/* Writes why scores [n] leave nothing to sample (NaN / +inf entries, or all -inf) into buf [cap]. */
+void gp_scores_diagnose(const float *scores, int32_t n, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* Stop strings over the generated text                                                                              */
@@ -243,18 +261,5 @@ gp_status gp_beam_check(const gp_gen_config *cfg, int combos);
 gp_status gp_beam_run(const gp_beam_engine *e, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
                       gp_beam_out *out);
 void gp_beam_out_free(gp_beam_out *o);
-
-/* ---------------------------------------------------------------------------------------------------------------- */
-/* generation_config.json                                                                                            */
-/* ---------------------------------------------------------------------------------------------------------------- */
-/* Applies a generation_config.json file onto g (only the fields present; null means "leave as is").  Arrays parsed
- * from it (bad_words_ids, sequence_bias, suppress_tokens, begin_suppress_tokens, stop_strings) live in storage
- * owned through g->_owned; release it with gp_gen_config_free_owned on the one config that owns it (the model's).
- * Errors name the file and the field. */
-gp_status gp_gen_config_apply_json(gp_gen_config *g, const char *path);
-/* Same, from a JSON text (path used in messages only). */
-gp_status gp_gen_config_apply_json_text(gp_gen_config *g, const char *json, const char *path);
-/* Frees storage owned by g (g->_owned) and clears the pointers into it. */
-void gp_gen_config_free_owned(gp_gen_config *g);
 
 #endif

@@ -98,10 +98,63 @@ TEST(cli_generate_steer_warmup_and_resample) {
 
 TEST(ctx_rotating_keep_defaults_to_mlx_lm) {
     gp_ctx_params p = gp_ctx_default_params();
-    CHECK_EQ_INT(p.keep, 4);
+    CHECK_EQ_INT(p.keep, -1); /* the default: 4 with a rotating cache */
+    gp_model *m = fx_load_model("shakespeare-llama", 0);
+    if (m) {
+        /* default keep with max_kv_size 8: position p attends to 0..3 and the last 4; identical to keep = 4 and
+         * different from keep = 0 once the ring has wrapped */
+        static const int32_t ids[] = {1, 4205, 16334, 20084, 28747, 13, 3869, 29892, 590, 16780, 29892, 4207};
+        float *lg[3];
+        const int32_t keeps[3] = {-1, 4, 0};
+        for (int k = 0; k < 3; k++) {
+            gp_ctx_params q = gp_ctx_default_params();
+            q.max_kv_size = 8;
+            q.keep = keeps[k];
+            gp_ctx *c = NULL;
+            lg[k] = calloc((size_t)gp_model_n_vocab(m), sizeof(float));
+            CHECK_STATUS(gp_ctx_init(m, &q, &c), GP_OK);
+            for (int i = 0; c && i < 12; i++) CHECK_STATUS(gp_ctx_eval(c, ids + i, 1, NULL, lg[k]), GP_OK);
+            gp_ctx_free(c);
+        }
+        size_t bytes = (size_t)gp_model_n_vocab(m) * sizeof(float);
+        CHECK(!memcmp(lg[0], lg[1], bytes));
+        CHECK(memcmp(lg[0], lg[2], bytes) != 0);
+        for (int k = 0; k < 3; k++) free(lg[k]);
+        gp_model_free(m);
+    }
     char cmd[1024], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s generate --help", fx_bin());
     CHECK_EQ_INT(fx_run(cmd, 0, &out), 0);
     CHECK(out && strstr(out, "default 4, as mlx-lm") && strstr(out, "--steer-warmup") && strstr(out, "--mlock"));
     free(out);
+}
+
+/* validate flags a steered variant that reproduces the base exactly (here alpha 1e-9: the steering changes nothing)
+ * and fails; a real alpha diverges and is not flagged. */
+TEST(cli_validate_flags_variant_equal_to_base) {
+    char vec[] = "/tmp/gp_vvec_XXXXXX", prompts[] = "/tmp/gp_vpr_XXXXXX";
+    int fd = mkstemp(vec), fp = mkstemp(prompts);
+    REQUIRE(fd >= 0 && fp >= 0);
+    float v[144];
+    for (int i = 0; i < 144; i++) v[i] = (i % 7) - 3.0f;
+    CHECK(write(fd, v, sizeof v) == (ssize_t)sizeof v);
+    CHECK(write(fp, "ROMEO:\nJULIET:\n", 15) == 15);
+    close(fd);
+    close(fp);
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s validate --prompts %s --steer-vector %s --layer 2 --alphas 0,1e-9,8 --seed 1 "
+             "--temp 0 --max-tokens 12 --format json", fx_bin(), prompts, vec);
+    int rc = fx_run(cmd, 0, &out);
+    CHECK_EQ_INT(rc, 1);
+    cJSON *j = out ? cJSON_Parse(out) : NULL;
+    REQUIRE(j);
+    const cJSON *vs = cJSON_GetObjectItem(j, "variants");
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetArrayItem(vs, 0), "reproduces_base"))); /* the base itself */
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(vs, 1), "reproduces_base")));
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetArrayItem(vs, 2), "reproduces_base")));
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(j, "pass")));
+    cJSON_Delete(j);
+    free(out);
+    remove(vec);
+    remove(prompts);
 }
