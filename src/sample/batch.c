@@ -1,7 +1,9 @@
 /* batch.c — gp_generate_batch: several sequences, each on its own gp_ctx of one model, stepped in lockstep through
  * the same per-sequence state machine as gp_generate (loop.c), so every sequence's tokens and logits are those of
- * running it alone.  Today each step evaluates the sequences one after the other (one pass over the weights per
- * sequence); a batched forward that reads the weights once per step for all of them plugs in at batch_step. */
+ * running it alone.  Each decode step evaluates all pending sequences in one forward (gp_ctx_eval_batch: every
+ * linear reads the weights once for all rows; attention per sequence on its own cache); contexts that cannot share
+ * a step (different params, a full context) are evaluated one by one. */
+#include "model/ctx.h"
 #include "sample/sample.h"
 #include "util/util.h"
 
@@ -50,13 +52,49 @@ static gp_status check_seqs(const gp_batch_seq *seqs, int32_t n) {
     return GP_OK;
 }
 
-/* Evaluates every pending id (one decode step of the batch). */
-static void batch_step(batch_item *it, int32_t n) {
-    for (int32_t i = 0; i < n; i++) {
-        if (!it[i].pending) continue;
-        it[i].pending = 0;
-        gp_status s = it[i].e.eval(it[i].e.self, &it[i].tok, 1, it[i].q.logits);
-        it[i].pending = gp_gen_seq_decoded(&it[i].q, s);
+/* Scratch of the batched step: up to cap rows. */
+typedef struct batch_buf {
+    int32_t cap, V;
+    gp_ctx **cs;
+    int32_t *ids, *who;
+    float *logits; /* [cap, V] */
+} batch_buf;
+
+/* One forward for the pending sequences who[0..k) (gp_ctx_eval_batch: the weights read once for all rows); returns
+ * 0 when it could not run them together (they are then evaluated one by one). */
+static int step_together(batch_item *it, batch_buf *b, int32_t k) {
+    if (k < 2) return 0;
+    for (int32_t j = 0; j < k; j++) {
+        b->cs[j] = it[b->who[j]].ce.c;
+        b->ids[j] = it[b->who[j]].tok;
+    }
+    if (gp_ctx_eval_batch(b->cs, k, b->ids, b->logits) != GP_OK) {
+        gp_clear_error(); /* a full context or contexts that differ: one by one gives each its own outcome */
+        return 0;
+    }
+    for (int32_t j = 0; j < k; j++) {
+        batch_item *x = &it[b->who[j]];
+        memcpy(x->q.logits, b->logits + (size_t)j * (size_t)b->V, (size_t)b->V * sizeof(float));
+        x->pending = 0; /* the next step's gp_gen_seq_next decides (a failure recorded here ends the sequence) */
+        gp_gen_seq_decoded(&x->q, GP_OK);
+    }
+    return 1;
+}
+
+/* Evaluates every pending id (one decode step of the batch), b->cap rows per forward. */
+static void batch_step(batch_item *it, int32_t n, batch_buf *b) {
+    int32_t k = 0;
+    for (int32_t i = 0; i <= n; i++) {
+        if (i < n && it[i].pending) b->who[k++] = i;
+        if (k == 0 || (i < n && k < b->cap)) continue;
+        if (!b->logits || !step_together(it, b, k))
+            for (int32_t j = 0; j < k; j++) {
+                batch_item *x = &it[b->who[j]];
+                gp_status s = x->e.eval(x->e.self, &x->tok, 1, x->q.logits);
+                x->pending = 0;
+                gp_gen_seq_decoded(&x->q, s);
+            }
+        k = 0;
     }
 }
 
@@ -90,6 +128,15 @@ gp_status gp_generate_batch(const gp_batch_seq *seqs, int32_t n, gp_gen_result *
         note_fail(&ff, i, st[i]);
     }
     /* decode in lockstep: choose every sequence's next id, then evaluate them all */
+    const gp_model *m = gp_ctx_model(seqs[0].ctx);
+    batch_buf bb = {0};
+    bb.V = gp_model_n_vocab(m);
+    bb.cap = n < gp_ctx_max_rows(seqs[0].ctx) ? n : gp_ctx_max_rows(seqs[0].ctx);
+    bb.cs = gp_calloc((size_t)n, sizeof *bb.cs);
+    bb.ids = gp_calloc((size_t)n, sizeof *bb.ids);
+    bb.who = gp_calloc((size_t)n + 1, sizeof *bb.who);
+    bb.logits = bb.cap > 1 ? gp_malloc((size_t)bb.cap * (size_t)bb.V, sizeof(float)) : NULL;
+    if (!bb.cs || !bb.ids || !bb.who) bb.cap = 0;
     for (int any = 1; any;) {
         any = 0;
         for (int32_t i = 0; i < n; i++) {
@@ -103,8 +150,18 @@ gp_status gp_generate_batch(const gp_batch_seq *seqs, int32_t n, gp_gen_result *
             it[i].live = 0;
             note_fail(&ff, i, st[i]);
         }
-        batch_step(it, n);
+        if (bb.cap > 0) batch_step(it, n, &bb);
+        else
+            for (int32_t i = 0; i < n; i++)
+                if (it[i].pending) {
+                    it[i].pending = 0;
+                    gp_gen_seq_decoded(&it[i].q, it[i].e.eval(it[i].e.self, &it[i].tok, 1, it[i].q.logits));
+                }
     }
+    free(bb.cs);
+    free(bb.ids);
+    free(bb.who);
+    free(bb.logits);
     for (int32_t i = 0; i < n; i++) {
         gp_ctx_engine_unbind(&it[i].ce);
         if (seqs[i].cfg->num_beams > 1)
