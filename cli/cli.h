@@ -63,6 +63,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_check_models(int argc, char **argv);
 int cmd_serve(int argc, char **argv); /* server/serve.c: the OpenAI-compatible HTTP server */
 int cmd_chat_template(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 /* Chat helpers (cli/cmd_chat.c): ISO-8601 date to epoch seconds (0, or -1 if malformed); whole file as a malloc'd
  * NUL-terminated string (NULL + library error on failure); the template of --model DIR or --template FILE (0, or 1
@@ -70,6 +71,22 @@ int cmd_chat_template(int argc, char **argv);
 int cli_parse_iso8601(const char *s, int64_t *out);
 char *cli_read_text(const char *path);
 int cli_load_template(const char *model, const char *tfile, const char *config, gp_chat_template **t);
+
+/* Chat flags of `generate` (cli/gen_chat.c). */
+typedef struct cli_chat_opts {
+    const char *messages, *tools, *kwargs, *now, *save_cache;
+    int cont, stop_on_special;
+} cli_chat_opts;
+/* Parses argv[*i] if it is a chat flag: 1 (value consumed), 0 (not one), -1 (bad value, printed). */
+int cli_chat_flag(int argc, char **argv, int *i, cli_chat_opts *o);
+void cli_chat_flags_help(FILE *f);
+/* Renders --messages through the model's template (add_generation_prompt) and encodes it without added specials.
+ * Returns 0, or 1 after printing the error (a template's raise_exception message verbatim). */
+int cli_chat_prompt(const cli_chat_opts *o, const char *model_dir, const gp_tokenizer *tok, int32_t **ids, int32_t *n);
+/* Writes the context's cache to path (0, or 1 after printing the error). */
+int cli_save_cache(const gp_ctx *c, const gp_ctx_params *cp, const char *path);
+/* Prints ,"content":...,"reasoning_content":...,"tool_calls":[...] for a reply (gp_chat_parse_reply). */
+void cli_print_reply_fields(FILE *f, const char *text, size_t len);
 
 /* Prints "genparity: <what>: <library message>" to stderr and returns 1. */
 int cli_fail(const char *what);
@@ -98,6 +115,9 @@ gp_status cli_model_load(const char *name, gp_model **out);
 void cli_print_result_json(const gp_gen_result *r, const int32_t *ids, int32_t n_ids, const gp_ctx *c,
                            int32_t cached_before, const char *extra);
 
+/* Prints the beam-search fields of a result (",\"sequences\":...,\"sequence_scores\":...,\"sequence_texts\":..."). */
+void cli_print_sequences_json(const gp_gen_result *r);
+
 /* Counts the lines of text [len] and those gp_text_suspect flags; returns the suspect count. */
 int cli_suspect_lines(const char *text, size_t len, int *n_lines);
 
@@ -116,7 +136,8 @@ int cli_gen_flag(int argc, char **argv, int *i, gp_gen_config *g);
 /* Prints the sampling flags' help (names, transformers' names and defaults) to f. */
 void cli_gen_flags_help(FILE *f);
 /* Applies every sampling flag of argv onto g (the second pass, after the model's config is known); every other
- * flag is taken to have a value except --ignore-eos, --help, --mlock and --resample-on-suspect. */
+ * flag is taken to have a value except --ignore-eos, --help, --mlock, --resample-on-suspect, --continue and
+ * --stop-on-special. */
 void cli_apply_gen_flags(int argc, char **argv, gp_gen_config *g);
 /* Frees what the sampling flags allocated; call after the last use of the config. */
 void cli_gen_flags_free(void);

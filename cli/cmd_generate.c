@@ -12,7 +12,7 @@
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: genparity generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+            "usage: genparity generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json) [options]\n"
             "\n"
             "  --model DIR|NAME     Hugging Face model folder, or org/name[@revision] from the HF cache (offline)\n"
             "                       (default: the embedded models/shakespeare-llama)\n"
@@ -37,6 +37,8 @@ static void help(FILE *f) {
             "  --logit-bias-vector FILE[:TENSOR]  add alpha * (W_out @ vector) to the logits before the processors\n"
             "  --logit-bias-alpha A (default 1)\n"
             "\n");
+    cli_chat_flags_help(f);
+    fprintf(f, "\n");
     cli_ctx_flags_help(f);
     fprintf(f, "\n");
     cli_gen_flags_help(f);
@@ -45,15 +47,18 @@ static void help(FILE *f) {
 typedef struct stream_state {
     int has_text; /* the model has a tokenizer: print text pieces, else ids */
     int text;     /* streaming text to stdout */
+    const gp_tokenizer *stop_special; /* --stop-on-special: stop after any special token */
+    int stopped;
 } stream_state;
 
 static int on_token(const gp_token_event *ev, void *ud) {
     stream_state *st = ud;
-    if (!st->text) return 0;
+    if (st->stop_special && gp_tokenizer_is_special(st->stop_special, ev->id)) st->stopped = 1;
+    if (!st->text) return st->stopped;
     if (st->has_text) fwrite(ev->piece, 1, ev->piece_len, stdout);
     else printf("%d ", ev->id);
     fflush(stdout);
-    return 0;
+    return st->stopped;
 }
 
 
@@ -106,6 +111,7 @@ typedef struct gopts {
     steer_flag sf[MAX_STEER];
     int n_sf;
     gp_ctx_params cp;
+    cli_chat_opts co; /* --messages, --tools, --kwargs, --now, --continue, --save-cache, --stop-on-special */
 } gopts;
 
 /* One flag that takes a value (argv[*i] = flag, value consumed).  Returns 0, or 2 after printing. */
@@ -164,7 +170,8 @@ static int parse_args(int argc, char **argv, gopts *o) {
             *(a[2] == 'i' ? &o->ignore_eos : a[2] == 'm' ? &o->mlock : &o->resample) = 1;
             continue;
         }
-        int gf = cli_gen_flag(argc, argv, &i, &scratch);
+        int gf = cli_chat_flag(argc, argv, &i, &o->co);
+        if (gf == 0) gf = cli_gen_flag(argc, argv, &i, &scratch);
         if (gf == 0) gf = cli_ctx_flag(argc, argv, &i, &o->cp);
         if (gf < 0) return 2;
         if (gf > 0) continue;
@@ -183,9 +190,10 @@ static int parse_args(int argc, char **argv, gopts *o) {
         fprintf(stderr, "%s: --format must be text or json, got '%s'\n", cli_prog, o->format);
         return 2;
     }
-    if (!o->prompt && !o->prompt_ids && !o->prompts_file) return cli_missing("--prompt", "or --prompt-ids or --prompts-file");
-    if ((o->prompt != NULL) + (o->prompt_ids != NULL) + (o->prompts_file != NULL) > 1) {
-        fprintf(stderr, "%s: give only one of --prompt, --prompt-ids or --prompts-file\n", cli_prog);
+    if (!o->prompt && !o->prompt_ids && !o->co.messages && !o->prompts_file)
+        return cli_missing("--prompt", "or --prompt-ids or --messages or --prompts-file");
+    if ((o->prompt != NULL) + (o->prompt_ids != NULL) + (o->co.messages != NULL) + (o->prompts_file != NULL) > 1) {
+        fprintf(stderr, "%s: give only one of --prompt, --prompt-ids, --messages or --prompts-file\n", cli_prog);
         return 2;
     }
     if (o->prompts_file && (o->n_sf || o->lb_spec || o->prompt_cache)) {
@@ -199,11 +207,12 @@ static int parse_args(int argc, char **argv, gopts *o) {
 /* The prompt's ids: --prompt-ids as given, else --prompt encoded.  Returns -1 to go on, else the exit code. */
 static int prompt_tokens(const gopts *o, const gp_tokenizer *tok, int32_t **ids, int32_t *n_ids) {
     if (o->prompt_ids) return -1; /* parsed before loading */
+    if (o->co.messages) return cli_chat_prompt(&o->co, o->model_dir, tok, ids, n_ids) ? 1 : -1;
     if (!tok) {
         fprintf(stderr, "%s: %s has no tokenizer.json; use --prompt-ids\n", cli_prog, o->model_dir);
         return 1;
     }
-    if (gp_tokenizer_encode(tok, o->prompt, strlen(o->prompt), 1, ids, n_ids) != GP_OK)
+    if (gp_tokenizer_encode(tok, o->prompt, strlen(o->prompt), !o->co.cont, ids, n_ids) != GP_OK) /* appended: no BOS */
         return cli_fail("encoding the prompt");
     if (*n_ids == 0) {
         fprintf(stderr, "%s: the prompt encodes to no tokens\n", cli_prog);
@@ -212,18 +221,25 @@ static int prompt_tokens(const gopts *o, const gp_tokenizer *tok, int32_t **ids,
     return -1;
 }
 
-/* Starts c from --prompt-cache, which the prompt must extend.  Returns -1 to go on, else the exit code. */
+/* Starts c from --prompt-cache, which the prompt must extend (unless --continue appends it).  Returns -1 to go on,
+ * else the exit code. */
 static int load_prompt_cache(const gopts *o, gp_ctx *c, const int32_t *ids, int32_t n_ids) {
     if (!o->prompt_cache) return -1;
     if (gp_ctx_cache_load(c, o->prompt_cache) != GP_OK) return cli_fail("loading --prompt-cache");
     int32_t nc;
     const int32_t *cached = gp_ctx_tokens(c, &nc);
-    if (nc > n_ids || memcmp(cached, ids, (size_t)nc * sizeof *ids)) {
-        fprintf(stderr, "%s: the prompt (%d tokens) does not extend the %d tokens cached in %s\n", cli_prog, n_ids,
-                nc, o->prompt_cache);
+    if (!o->co.cont && (nc > n_ids || memcmp(cached, ids, (size_t)nc * sizeof *ids))) {
+        fprintf(stderr, "%s: the prompt (%d tokens) does not extend the %d tokens cached in %s (give the whole text, "
+                "or --continue to append it after them)\n", cli_prog, n_ids, nc, o->prompt_cache);
         return 1;
     }
     return -1;
+}
+
+static void print_ids(const int32_t *ids, int32_t n) {
+    putchar('[');
+    for (int32_t i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
+    putchar(']');
 }
 
 /* Generates; with resample, a result with a suspect line is drawn once more with the next seed.  Fills *extra with
@@ -244,6 +260,41 @@ static gp_status generate_guarded(gp_ctx *c, const int32_t *ids, int32_t n_ids, 
     snprintf(extra, cap, ",\"resampled\":%s,\"suspect_lines\":%d,\"lines\":%d,\"seed\":%llu",
              resampled ? "true" : "false", bad, lines, (unsigned long long)g->seed);
     return GP_OK;
+}
+
+/* The one JSON object of --format json. */
+static void print_json(const gp_gen_result *r, const int32_t *ids, int32_t n_ids, const gp_ctx *c,
+                       int32_t cached_before, const gopts *o, int stopped_on_special, const char *extra) {
+    printf("{\"prompt_ids\":");
+    print_ids(ids, n_ids);
+    printf(",\"tokens\":");
+    print_ids(r->tokens, r->n_tokens);
+    printf(",\"text\":");
+    cli_json_string(stdout, r->text ? r->text : "", r->text ? r->text_len : 0);
+    if (r->logprobs) {
+        printf(",\"logprobs\":[");
+        for (int32_t k = 0; k < r->n_tokens; k++) {
+            printf("%s{\"id\":%d,\"logprob\":%.9g", k ? "," : "", r->tokens[k], (double)r->logprobs[k]);
+            if (r->top_logprobs) {
+                printf(",\"top\":[");
+                for (int32_t t = 0; t < r->n_top; t++) {
+                    const gp_top_logprob *e = &r->top_logprobs[(size_t)k * (size_t)r->n_top + (size_t)t];
+                    printf("%s{\"id\":%d,\"logprob\":%.9g}", t ? "," : "", e->id, (double)e->logprob);
+                }
+                putchar(']');
+            }
+            putchar('}');
+        }
+        putchar(']');
+    }
+    if (r->n_sequences > 0) cli_print_sequences_json(r);
+    if (o->co.messages) cli_print_reply_fields(stdout, r->text, r->text ? r->text_len : 0);
+    int gen_steps = r->n_tokens > 0 ? r->n_tokens - 1 : 0; /* the first token comes from the prefill */
+    printf(",\"finish_reason\":\"%s\",\"prompt_tokens_per_s\":%.3f,\"generation_tokens_per_s\":%.3f,"
+           "\"peak_memory_bytes\":%llu,\"kv_cache_bytes\":%llu,\"prompt_cache_tokens\":%d%s}\n",
+           stopped_on_special ? "stop" : gp_finish_reason_str(r->finish_reason), r->prompt_seconds > 0 ? r->n_prompt / r->prompt_seconds : 0.0,
+           r->gen_seconds > 0 ? gen_steps / r->gen_seconds : 0.0, (unsigned long long)gp_mem_peak_rss(),
+           (unsigned long long)gp_ctx_kv_bytes(c), cached_before, extra ? extra : "");
 }
 
 /* Loads the model, builds the context, generates and prints.  Returns the exit code. */
@@ -281,13 +332,16 @@ static int run(const gopts *o, int argc, char **argv, int32_t *ids, int32_t n_id
         cli_apply_gen_flags(argc, argv, &g); /* the sampling flags, over the model's generation config */
         int32_t cached_before = gp_ctx_n_past(c);
         int json = !strcmp(o->format, "json");
-        stream_state st = {tok != NULL, !json && !o->resample}; /* a resampled run prints at the end */
-        char extra[160];
-        if (generate_guarded(c, ids, n_ids, &g, o->resample, &st, &r, extra, sizeof extra) != GP_OK)
-            rc = cli_fail("generating");
-        else if (json) cli_print_result_json(&r, ids, n_ids, c, cached_before, extra), rc = 0;
+        stream_state st = {tok != NULL, !json && !o->resample, o->co.stop_on_special ? tok : NULL, 0};
+        char extra[160] = "";
+        gp_status s = o->co.cont ? gp_generate_continue(c, ids, n_ids, &g, on_token, &st, &r, NULL)
+                                 : generate_guarded(c, ids, n_ids, &g, o->resample, &st, &r, extra, sizeof extra);
+        if (s == GP_ERR_CANCELLED && st.stopped) s = GP_OK; /* --stop-on-special */
+        if (s != GP_OK) rc = cli_fail("generating");
+        else if (o->co.save_cache && gp_ctx_cache_save(c, o->co.save_cache) != GP_OK) rc = cli_fail("--save-cache");
+        else if (json) print_json(&r, ids, n_ids, c, cached_before, o, st.stopped, extra), rc = 0;
         else {
-            if (o->resample && r.text) fwrite(r.text, 1, r.text_len, stdout);
+            if (o->resample && r.text) fwrite(r.text, 1, r.text_len, stdout); /* a resampled run prints at the end */
             putchar('\n'), rc = 0;
         }
     }

@@ -14,7 +14,7 @@ static void print_ids(const int32_t *ids, int32_t n) {
     putchar(']');
 }
 
-static void print_sequences(const gp_gen_result *r) {
+void cli_print_sequences_json(const gp_gen_result *r) {
     printf(",\"sequences\":[");
     for (int32_t k = 0; k < r->n_sequences; k++) {
         if (k) putchar(',');
@@ -56,7 +56,7 @@ void cli_print_result_json(const gp_gen_result *r, const int32_t *ids, int32_t n
     print_ids(r->tokens, r->n_tokens);
     printf(",\"text\":");
     cli_json_string(stdout, r->text ? r->text : "", r->text ? r->text_len : 0);
-    if (r->n_sequences > 0) print_sequences(r);
+    if (r->n_sequences > 0) cli_print_sequences_json(r);
     if (r->logprobs) print_logprobs(r);
     int gen_steps = r->n_tokens > 0 ? r->n_tokens - 1 : 0; /* the first token comes from the prefill */
     printf(",\"finish_reason\":\"%s\",\"prompt_tokens_per_s\":%.3f,\"generation_tokens_per_s\":%.3f,"

@@ -269,7 +269,8 @@ int cli_gen_flag(int argc, char **argv, int *i, gp_gen_config *g) {
 }
 
 void cli_apply_gen_flags(int argc, char **argv, gp_gen_config *g) {
-    static const char *const bools[] = {"--ignore-eos", "--help", "-h", "--mlock", "--resample-on-suspect"};
+    static const char *const bools[] = {"--ignore-eos", "--help", "-h", "--mlock", "--resample-on-suspect",
+                                        "--continue", "--stop-on-special"};
     for (int i = 1; i < argc; i++) {
         if (cli_gen_flag(argc, argv, &i, g) != 0) continue;
         int is_bool = 0;

@@ -619,6 +619,15 @@ gp_status gp_generate_batch(const gp_batch_seq *seqs, int32_t n, gp_gen_result *
 /* Frees the arrays inside a result and zeroes it; NULL is a no-op. */
 void gp_gen_result_free(gp_gen_result *r);
 
+/* gp_generate takes the WHOLE prompt and reuses the cache only where the prompt repeats the cached tokens (a prompt
+ * that does not extend them is prefilled from its first differing token: the cached context past that point is
+ * dropped).  gp_generate_continue is the other, explicit choice: it APPENDS ids after every token the current cache
+ * holds (the model sees cached tokens + ids; nothing cached is dropped or recomputed) and generates as gp_generate.
+ * *n_cached (may be NULL) receives how many cached tokens preceded ids.  Returns as gp_generate; GP_ERR_INVALID_ARG
+ * when n_ids <= 0; GP_ERR_NOMEM when cached + ids overflows. */
+gp_status gp_generate_continue(gp_ctx *c, const int32_t *ids, int32_t n_ids, const gp_gen_config *cfg,
+                               gp_token_cb on_token, void *user_data, gp_gen_result *result, int32_t *n_cached);
+
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Chat templates: Jinja2 rendered byte for byte as transformers' apply_chat_template(tokenize=False) renders it    */
@@ -627,8 +636,9 @@ void gp_gen_result_free(gp_gen_result *r);
 
 typedef struct gp_chat_template gp_chat_template;
 
-/* Loads a model folder's chat template(s): DIR/chat_template.jinja if present, else tokenizer_config.json's
- * "chat_template" (a string, or a list of {"name", "template"}), plus tokenizer_config.json's special tokens
+/* Loads a model folder's chat template(s) as transformers 5 does: DIR/chat_template.jinja ("default") and
+ * DIR/additional_chat_templates/NAME.jinja if present, else tokenizer_config.json's "chat_template" (a string, or a
+ * list of {"name", "template"}), plus tokenizer_config.json's special tokens
  * (bos_token, eos_token, unk_token, sep_token, pad_token, cls_token, mask_token) as template variables.  Returns GP_OK
  * and *out (caller frees with gp_chat_template_free); GP_ERR_MISSING when the folder has no template;
  * GP_ERR_FORMAT ("file:line:col: ...") when a template does not parse. */

@@ -100,12 +100,26 @@ def render(template, case, specials):
         return {"error": "%s: %s" % (type(e).__name__, e), "raised": False}
 
 
+def render_snippet(sn):
+    """One feature snippet, rendered with the variables apply_chat_template always passes (messages, tools,
+    documents, add_generation_prompt) plus the snippet's own."""
+    v = {"messages": [], "tools": None, "documents": None, "add_generation_prompt": False}
+    v.update(sn.get("vars", {}))
+    try:
+        return {"text": ctu._compile_jinja_template(sn["template"]).render(**v)}
+    except jinja2.exceptions.TemplateError as e:
+        return {"error": str(e), "raised": type(e) is jinja2.exceptions.TemplateError}
+    except Exception as e:
+        return {"error": "%s: %s" % (type(e).__name__, e), "raised": False}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "chat_template_refs.json"))
     ap.add_argument("--templates", nargs="*", default=[os.path.join(ROOT, "tests", "data", "templates")])
     ap.add_argument("--fixtures", default=os.environ.get("GENPARITY_FIXTURES", os.path.join(ROOT, "..", "shared", "fixtures")))
     ap.add_argument("--conversations", default=os.path.join(ROOT, "tests", "data", "chat_conversations.json"))
+    ap.add_argument("--snippets", default=os.path.join(ROOT, "tests", "data", "chat_snippets.json"))
     a = ap.parse_args()
     with open(a.conversations, encoding="utf-8") as f:
         cases = json.load(f)["cases"]
@@ -115,16 +129,19 @@ def main():
             r = {"template": name, "case": case["name"]}
             r.update(render(template, case, specials))
             results.append(r)
-        if not source.startswith("fixtures:"):
-            pass
     templates = {name: {"source": source, "specials": specials} for name, source, _, specials in corpus(a.templates, a.fixtures)}
+    with open(a.snippets, encoding="utf-8") as f:
+        snippets = json.load(f)["snippets"]
+    snippet_results = [dict(name=sn["name"], **render_snippet(sn)) for sn in snippets]
     ref = {"generator": "tools/chat_template_refs.py", "transformers": transformers.__version__,
-           "jinja2": jinja2.__version__, "now_epoch": NOW_EPOCH, "templates": templates, "results": results}
+           "jinja2": jinja2.__version__, "now_epoch": NOW_EPOCH, "templates": templates, "results": results,
+           "snippets": snippet_results}
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(ref, f, ensure_ascii=False, indent=0, sort_keys=False)
         f.write("\n")
     n_err = sum(1 for r in results if "error" in r)
-    print("%s: %d templates x %d conversations = %d renderings (%d errors)" % (a.out, len(templates), len(cases), len(results), n_err))
+    print("%s: %d templates x %d conversations = %d renderings (%d errors), %d snippets" % (
+        a.out, len(templates), len(cases), len(results), n_err, len(snippet_results)))
 
 
 if __name__ == "__main__":

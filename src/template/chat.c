@@ -7,6 +7,7 @@
 
 #include <cJSON.h>
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,23 +130,58 @@ gp_status gp_chat_template_from_string(const char *text, size_t len, const char 
     return GP_OK;
 }
 
+static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static gp_status add_template_file(gp_chat_template *t, const char *name, const char *path) {
+    char *data;
+    size_t len;
+    gp_status st = gp_read_file(path, TPL_MAX_SOURCE, &data, &len);
+    if (st != GP_OK) return st;
+    st = add_template(t, name, data, len, path);
+    free(data);
+    return st;
+}
+
+/* transformers 5: DIR/additional_chat_templates/NAME.jinja are the named templates (sorted by name here). */
+static gp_status add_template_dir(gp_chat_template *t, const char *dir) {
+    char *sub = gp_path_join(dir, "additional_chat_templates");
+    DIR *d = sub ? opendir(sub) : NULL;
+    char *names[MAX_TEMPLATES];
+    int n = 0;
+    gp_status st = GP_OK;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l <= 6 || strcmp(e->d_name + l - 6, ".jinja") || e->d_name[0] == '.') continue;
+        if (n == MAX_TEMPLATES) {
+            st = gp_set_error(GP_ERR_FORMAT, "%s: more than %d chat templates", sub, MAX_TEMPLATES);
+            break;
+        }
+        if (!(names[n] = gp_strdup(e->d_name))) break;
+        n++;
+    }
+    if (d) closedir(d);
+    qsort(names, (size_t)n, sizeof *names, name_cmp);
+    for (int i = 0; i < n; i++) {
+        char *path = st == GP_OK ? gp_path_join(sub, names[i]) : NULL;
+        names[i][strlen(names[i]) - 6] = 0;
+        if (path) st = add_template_file(t, names[i], path);
+        free(path);
+        free(names[i]);
+    }
+    free(sub);
+    return st;
+}
+
 gp_status gp_chat_template_load(const char *dir, gp_chat_template **out) {
     if (!dir || !out) return gp_set_error(GP_ERR_INVALID_ARG, "gp_chat_template_load: NULL argument");
     *out = NULL;
     gp_chat_template *t = calloc(1, sizeof *t);
     char *jinja = gp_path_join(dir, "chat_template.jinja"), *cfg = gp_path_join(dir, "tokenizer_config.json");
     gp_status st = t && jinja && cfg ? GP_OK : gp_set_error(GP_ERR_NOMEM, "out of memory");
-    int have_jinja = st == GP_OK && gp_file_exists(jinja);
-    if (have_jinja) {
-        char *data;
-        size_t len;
-        st = gp_read_file(jinja, TPL_MAX_SOURCE, &data, &len);
-        if (st == GP_OK) {
-            st = add_template(t, "default", data, len, jinja);
-            free(data);
-        }
-    }
-    if (st == GP_OK && gp_file_exists(cfg)) st = read_config(t, cfg, !have_jinja);
+    if (st == GP_OK && gp_file_exists(jinja)) st = add_template_file(t, "default", jinja);
+    if (st == GP_OK) st = add_template_dir(t, dir);
+    int have_files = t && t->n > 0; /* template files take priority over tokenizer_config.json's */
+    if (st == GP_OK && gp_file_exists(cfg)) st = read_config(t, cfg, !have_files);
     if (st == GP_OK && t->n == 0)
         st = gp_set_error(GP_ERR_MISSING, "%s: no chat template (neither chat_template.jinja nor tokenizer_config.json's "
                           "'chat_template')", dir);

@@ -164,7 +164,7 @@ static int eval_args(tpl_render *r, tpl_frame *f, const tpl_node *n, tpl_args *a
 
 static int call_macro(tpl_render *r, const tpl_node *at, const tpl_macro *m, const tpl_args *a, tv *out) {
     const tpl_node *def = m->def;
-    if (++r->depth > TPL_MAX_DEPTH) return tpl_err(r, at, "macro calls nested too deeply (limit %d)", TPL_MAX_DEPTH);
+    if (++r->calls > TPL_MAX_DEPTH) return tpl_err(r, at, "macro calls nested too deeply (limit %d)", TPL_MAX_DEPTH);
     tpl_frame *f = frame_new(r, m->closure);
     tv_list *varargs = tv_list_new(r->a, 0);
     tv_dict *kwargs = tv_dict_new(r->a, 0);
@@ -184,7 +184,7 @@ static int call_macro(tpl_render *r, const tpl_node *at, const tpl_macro *m, con
         for (uint32_t i = 0; i < def->params.n; i++) known |= tv_equal(a->kn[k], def->params.v[i]->value);
         if (!known && tv_dict_set(r->a, kwargs, a->kn[k], a->kv[k])) return oom(r, at);
     }
-    tv lv = {.t = TV_LIST}, dv = {.t = TV_DICT};
+    tv lv = {.t = TV_LIST, .tuple = 1}, dv = {.t = TV_DICT};
     lv.u.l = varargs;
     dv.u.d = kwargs;
     if (bind(r, f, at, tv_strn("varargs", 7), lv) || bind(r, f, at, tv_strn("kwargs", 6), dv)) return -1;
@@ -196,7 +196,7 @@ static int call_macro(tpl_render *r, const tpl_node *at, const tpl_macro *m, con
         if (out->t != TV_STR) rc = oom(r, at);
     }
     tpl_buf_free(&b);
-    r->depth--;
+    r->calls--;
     return rc == FLOW_ERR ? -1 : 0;
 }
 
@@ -481,7 +481,7 @@ static int eval_inner(tpl_render *r, tpl_frame *f, const tpl_node *n, tv *out) {
 }
 
 static int eval(tpl_render *r, tpl_frame *f, const tpl_node *n, tv *out) {
-    if (++r->depth > 4 * TPL_MAX_DEPTH) return tpl_err(r, n, "template nested too deeply");
+    if (++r->depth > TPL_MAX_EVAL_DEPTH) return tpl_err(r, n, "template nested too deeply (limit %d)", TPL_MAX_EVAL_DEPTH);
     int rc = eval_inner(r, f, n, out);
     r->depth--;
     return rc;
@@ -526,8 +526,7 @@ static int exec_for(tpl_render *r, tpl_frame *f, const tpl_node *n, tpl_buf *out
     tpl_loop *loop = tpl_alloc(r->a, sizeof *loop);
     if (!loop) return oom(r, n);
     loop->items = items;
-    tv outer = lookup(r, f, tv_strn("loop", 4));
-    loop->depth = outer.t == TV_LOOP ? ((tpl_loop *)outer.u.p)->depth + 1 : 1;
+    loop->depth = 1; /* loop.depth counts recursive loop() calls, which chat templates cannot make */
     tv lv = {.t = TV_LOOP};
     lv.u.p = loop;
     for (uint32_t i = 0; i < items->n; i++) {
@@ -617,7 +616,7 @@ static int exec_stmt(tpl_render *r, tpl_frame *f, const tpl_node *n, tpl_buf *ou
 }
 
 static int exec_body(tpl_render *r, tpl_frame *f, const tpl_nodes *body, tpl_buf *out) {
-    if (++r->depth > 4 * TPL_MAX_DEPTH) return tpl_err(r, body->n ? body->v[0] : NULL, "template nested too deeply");
+    if (++r->depth > TPL_MAX_EVAL_DEPTH) return tpl_err(r, body->n ? body->v[0] : NULL, "template nested too deeply (limit %d)", TPL_MAX_EVAL_DEPTH);
     for (uint32_t i = 0; i < body->n; i++) {
         int rc = exec_stmt(r, f, body->v[i], out);
         if (out->oom) rc = tpl_err(r, body->v[i], "output exceeds the %u MiB limit", TPL_MAX_OUTPUT >> 20);
@@ -667,7 +666,7 @@ gp_status tpl_render_run(tpl_render *r, const tpl_program *p, char **out, size_t
     r->err[0] = 0;
     r->raised = 0;
     r->iterations = 0;
-    r->depth = 0;
+    r->depth = r->calls = 0;
     tpl_frame *top = frame_new(r, NULL);
     tpl_buf b = {0};
     int rc = top ? exec_body(r, top, &p->body, &b) : oom(r, NULL);

@@ -19,7 +19,8 @@ struct tpl_render {
     tv_dict *globals;
     const tpl_program *prog;
     int64_t iterations;
-    int depth;
+    int depth;        /* statements + expressions being evaluated (bounds the C stack) */
+    int calls;        /* macro calls in progress */
     int has_now;
     int64_t now;
     int raised;       /* err holds raise_exception's message */

@@ -146,7 +146,7 @@ static int f_list(tpl_render *r, const tpl_node *at, tv v, const tpl_args *a, tv
     tv_list *l, *c;
     if (tpl_iter(r, at, v, &l)) return -1;
     if (!(c = tv_list_new(r->a, l->n))) return tpl_err(r, at, "out of memory");
-    memcpy(c->v, l->v, l->n * sizeof(tv));
+    if (l->n) memcpy(c->v, l->v, l->n * sizeof(tv));
     c->n = l->n;
     *out = list_tv(c);
     return 0;

@@ -204,6 +204,10 @@ int tpl_str_case(tpl_render *r, const tpl_node *at, tv s, int mode, tv *out) {
         }
         }
         first = 0;
+        if (c == 0xDF && (o != c || mode == 'u')) { /* Python's full case mapping: upper('ß') = "SS", title "Ss" */
+            tpl_buf_put(&b, mode == 'u' ? "SS" : "Ss", 2);
+            continue;
+        }
         u8_put(&b, o);
     }
     return finish_str(r, at, &b, out);
@@ -410,6 +414,8 @@ int tpl_getattr(tpl_render *r, const tpl_node *at, tv obj, const char *name, siz
     *out = tv_undef();
     out->u.s = name;
     out->n = (uint32_t)n;
+    if (n >= 2 && name[0] == '_' && name[1] == '_' && !(obj.t == TV_DICT && tv_dict_gets(obj.u.d, name, n)))
+        return tpl_err(r, at, "access to attribute '%s' of '%s' object is unsafe", nm, tv_type_name(obj));
     switch (obj.t) {
     case TV_UNDEF:
         if (obj.u.s) return tpl_err(r, at, "'%.*s' is undefined", (int)obj.n, obj.u.s);

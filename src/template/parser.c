@@ -426,7 +426,7 @@ static int level_op(const tpl_tok *t, int level) {
 }
 
 static tpl_node *parse_level(ps *p, int level) {
-    tpl_node *l = level == 4 ? parse_unary(p, 1) : parse_level(p, level + 1);
+    tpl_node *l = level == 3 ? parse_unary(p, 1) : parse_level(p, level + 1);
     int op;
     while (l && !p->failed && (op = level_op(cur(p), level))) {
         tpl_tok *t = cur(p);
@@ -435,7 +435,7 @@ static tpl_node *parse_level(ps *p, int level) {
         if (!n) return NULL;
         n->op = (uint8_t)op;
         n->a = l;
-        n->b = level == 4 ? parse_unary(p, 1) : parse_level(p, level + 1);
+        n->b = level == 3 ? parse_unary(p, 1) : parse_level(p, level + 1);
         if (!n->b) return NULL;
         l = n;
     }

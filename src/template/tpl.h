@@ -12,6 +12,7 @@
 
 /* ---- sandbox limits ---------------------------------------------------------------------------------------- */
 #define TPL_MAX_DEPTH 200              /* nesting of statements/expressions when parsing, and of macro calls */
+#define TPL_MAX_EVAL_DEPTH 3000        /* statements + expressions in evaluation at once, macro bodies included */
 #define TPL_MAX_ITERATIONS 1000000     /* loop iterations (all loops together) of one render */
 #define TPL_MAX_OUTPUT (64u << 20)     /* bytes of rendered text, and of any one string value */
 #define TPL_MAX_ARENA (512u << 20)     /* bytes of values one render may allocate */

@@ -286,6 +286,7 @@ static void write_str_repr(tpl_buf *b, const char *s, size_t n) {
 
 void tv_write_repr(tpl_buf *b, tv v) {
     if (v.t == TV_STR) return write_str_repr(b, v.u.s, v.n);
+    if (v.t == TV_UNDEF) return tpl_buf_put(b, "Undefined", 9);
     if (v.t == TV_LIST && v.tuple == TV_GENERATOR) return tpl_buf_put(b, "<generator object>", 18);
     if (v.t == TV_LIST) {
         tpl_buf_putc(b, v.tuple ? '(' : '[');

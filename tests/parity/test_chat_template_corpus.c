@@ -156,3 +156,59 @@ TEST(chat_template_corpus_live_oracle) {
     CHECK(n >= 200);
     CHECK_EQ_INT(bad, 0);
 }
+
+/* Renders one feature snippet with the variables apply_chat_template passes (messages [] unless given). */
+static int check_snippet(const cJSON *sn, const cJSON *r, int64_t now) {
+    const char *src = cJSON_GetObjectItem(sn, "template")->valuestring, *name = cJSON_GetObjectItem(sn, "name")->valuestring;
+    gp_chat_template *t = NULL;
+    if (gp_chat_template_from_string(src, strlen(src), NULL, name, &t) != GP_OK) {
+        int ok = cJSON_GetObjectItem(r, "error") != NULL;
+        if (!ok) NOTE("snippet %s: parse error %s", name, gp_errmsg());
+        return ok;
+    }
+    cJSON *vars = cJSON_Duplicate(cJSON_GetObjectItem(sn, "vars"), 1);
+    if (!vars) vars = cJSON_CreateObject();
+    cJSON *msgs = cJSON_DetachItemFromObject(vars, "messages");
+    char *mj = msgs ? cJSON_PrintUnformatted(msgs) : NULL, *kj = cJSON_PrintUnformatted(vars);
+    gp_chat_opts o = gp_chat_opts_default();
+    o.messages_json = mj ? mj : "[]";
+    o.kwargs_json = kj;
+    o.now = now;
+    char *out = NULL;
+    size_t n = 0;
+    gp_status st = gp_chat_template_render(t, &o, &out, &n);
+    const cJSON *text = cJSON_GetObjectItem(r, "text"), *err = cJSON_GetObjectItem(r, "error");
+    int ok;
+    if (text) {
+        ok = st == GP_OK && n == strlen(text->valuestring) && memcmp(out, text->valuestring, n) == 0;
+        if (!ok) NOTE("snippet %s: want \"%s\", got %s \"%s\"", name, text->valuestring, gp_status_str(st), st == GP_OK ? out : gp_errmsg());
+    } else {
+        int raised = cJSON_IsTrue(cJSON_GetObjectItem(r, "raised"));
+        ok = raised ? st == GP_ERR_TEMPLATE && !strcmp(gp_errmsg(), err->valuestring) : st != GP_OK;
+        if (!ok) NOTE("snippet %s: want error \"%s\", got %s \"%s\"", name, err->valuestring, gp_status_str(st), st == GP_OK ? out : gp_errmsg());
+    }
+    gp_free(out);
+    free(mj), free(kj);
+    cJSON_Delete(msgs), cJSON_Delete(vars);
+    gp_chat_template_free(t);
+    return ok;
+}
+
+TEST(chat_template_snippets_match_jinja2) {
+    cJSON *ref = fx_read_json("tests/data/chat_template_refs.json"), *sn = fx_read_json("tests/data/chat_snippets.json");
+    REQUIRE(ref && sn);
+    int64_t now = (int64_t)cJSON_GetObjectItem(ref, "now_epoch")->valuedouble;
+    int n = 0, bad = 0;
+    const cJSON *s, *r;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItem(sn, "snippets")) {
+        const char *name = cJSON_GetObjectItem(s, "name")->valuestring;
+        cJSON_ArrayForEach(r, cJSON_GetObjectItem(ref, "snippets")) if (!strcmp(cJSON_GetObjectItem(r, "name")->valuestring, name)) break;
+        n++;
+        if (!r || !check_snippet(s, r, now)) bad++;
+    }
+    NOTE("%d/%d feature snippets identical to jinja2 (transformers' environment)", n - bad, n);
+    CHECK(n >= 70);
+    CHECK_EQ_INT(bad, 0);
+    cJSON_Delete(ref);
+    cJSON_Delete(sn);
+}
