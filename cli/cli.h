@@ -60,6 +60,7 @@ int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p);
 void cli_ctx_flags_help(FILE *f);
 int cmd_make_model(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_check_models(int argc, char **argv);
 int cmd_serve(int argc, char **argv); /* server/serve.c: the OpenAI-compatible HTTP server */
 int cmd_chat_template(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
@@ -105,6 +106,26 @@ void cli_json_string(FILE *f, const char *s, size_t len);
 /* Writes "<directory of the running executable>/<rel>" into buf; returns 0 if that path is readable, else -1. */
 int cli_path_beside_exe(const char *rel, char *buf, size_t cap);
 
+/* Loads the model named by --model: a folder, or "org/name[@revision]" from the Hugging Face hub cache (offline).
+ * Returns the library's status (message from gp_errmsg). */
+gp_status cli_model_load(const char *name, gp_model **out);
+
+/* Prints one result as the JSON object of `generate --format json` (one line); extra (may be NULL) is a fragment
+ * of more fields (",\"k\":v") put before the closing brace. */
+void cli_print_result_json(const gp_gen_result *r, const int32_t *ids, int32_t n_ids, const gp_ctx *c,
+                           int32_t cached_before, const char *extra);
+
+/* Prints the beam-search fields of a result (",\"sequences\":...,\"sequence_scores\":...,\"sequence_texts\":..."). */
+void cli_print_sequences_json(const gp_gen_result *r);
+
+/* Counts the lines of text [len] and those gp_text_suspect flags; returns the suspect count. */
+int cli_suspect_lines(const char *text, size_t len, int *n_lines);
+
+/* `generate --prompts-file`: every prompt of path generated with g in batches of batch_size (gp_generate_batch),
+ * printed in input order.  Returns the exit code. */
+int cli_generate_prompts_file(gp_model *m, const gp_ctx_params *cp, const gp_gen_config *g, const char *path,
+                              int json, int32_t batch_size);
+
 /* Default model folder: $GENPARITY_MODEL, else models/shakespeare-llama beside the executable's build dir. */
 const char *cli_default_model(void);
 
@@ -114,6 +135,10 @@ const char *cli_default_model(void);
 int cli_gen_flag(int argc, char **argv, int *i, gp_gen_config *g);
 /* Prints the sampling flags' help (names, transformers' names and defaults) to f. */
 void cli_gen_flags_help(FILE *f);
+/* Applies every sampling flag of argv onto g (the second pass, after the model's config is known); every other
+ * flag is taken to have a value except --ignore-eos, --help, --mlock, --resample-on-suspect, --continue and
+ * --stop-on-special. */
+void cli_apply_gen_flags(int argc, char **argv, gp_gen_config *g);
 /* Frees what the sampling flags allocated; call after the last use of the config. */
 void cli_gen_flags_free(void);
 

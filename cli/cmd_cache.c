@@ -73,7 +73,7 @@ static int build(int argc, char **argv) {
         return 2;
     }
     gp_model *m = NULL;
-    if (gp_model_load(model_dir ? model_dir : cli_default_model(), NULL, &m) != GP_OK) {
+    if (cli_model_load(model_dir ? model_dir : cli_default_model(), &m) != GP_OK) {
         free(ids);
         free(joined);
         return cli_fail("loading the model");

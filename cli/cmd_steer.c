@@ -97,7 +97,7 @@ int cmd_steer_vector(int argc, char **argv) {
     }
     if (!model_dir) model_dir = cli_default_model();
     gp_model *m = NULL;
-    if (gp_model_load(model_dir, NULL, &m) != GP_OK) return cli_fail("loading the model");
+    if (cli_model_load(model_dir, &m) != GP_OK) return cli_fail("loading the model");
     int rc = 1;
     char **pos = NULL, **neg = NULL;
     int np = -1, nn = -1;

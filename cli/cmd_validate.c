@@ -21,7 +21,7 @@ static void help(FILE *f) {
             "  --reference-logits: safetensors with prompt{i}.last_logits [n_vocab]; reports mean KL(ref || variant)\n"
             "  of the next-token distribution after prompt i.\n"
             "  Exit code 1 when a steered variant's suspect rate is over --max-suspect-rate or its divergence under\n"
-            "  --min-divergence (both in %%).  Sampling: the model's defaults with do_sample on; --temp 0 for greedy.\n");
+            "  --min-divergence (both in %%), or reproduces the base exactly.  Sampling: the model's defaults with do_sample on; --temp 0 for greedy.\n");
 }
 
 typedef struct variant {
@@ -118,7 +118,7 @@ static int parse_args(int argc, char **argv, vopts *o) {
 
 /* Loads the model, vector, prompts, reference and context.  Returns -1 to go on, else the exit code. */
 static int load_all(const vopts *o, int argc, char **argv, vstate *st) {
-    if (gp_model_load(o->model_dir ? o->model_dir : cli_default_model(), NULL, &st->m) != GP_OK)
+    if (cli_model_load(o->model_dir ? o->model_dir : cli_default_model(), &st->m) != GP_OK)
         return cli_fail("loading the model");
     if (!(st->tok = gp_model_tokenizer(st->m))) {
         fprintf(stderr, "%s: the model has no tokenizer.json\n", cli_prog);
@@ -237,7 +237,8 @@ static int run_all(const vopts *o, vstate *st) {
     return 0;
 }
 
-/* Prints the table (or JSON) and returns 1 when a threshold was not met or a variant was not deterministic. */
+/* Prints the table (or JSON) and returns 1 when a threshold was not met, a variant was not deterministic, or a
+ * steered variant reproduced the base exactly. */
 static int report(const vopts *o, const vstate *st) {
     int json = !strcmp(o->format, "json"), fail = 0, np = st->np;
     static const char *flag_names[] = {"digit_run", "latex", "braces", "nonprint", "repetition"};
@@ -255,18 +256,21 @@ static int report(const vopts *o, const vstate *st) {
         if (k > 0 && o->max_suspect >= 0 && sus > o->max_suspect) fail = 1;
         if (k > 0 && o->min_div >= 0 && div < o->min_div) fail = 1;
         if (!vr->deterministic) fail = 1;
+        /* a steered variant that reproduces the base exactly on every prompt: the steering did nothing */
+        const int same_as_base = k > 0 && vr->alpha != 0 && vr->diverged == 0;
+        if (same_as_base) fail = 1;
         if (!json) {
             char kl[32] = "-";
             if (vr->kl_n) snprintf(kl, sizeof kl, "%.4g", vr->kl_sum / vr->kl_n);
-            printf("| %g | %s | %.1f | %.1f | %d | %s |\n", vr->alpha, vr->deterministic ? "yes" : "NO", div, sus,
-                   vr->lines, kl);
+            printf("| %g | %s | %.1f%s | %.1f | %d | %s |\n", vr->alpha, vr->deterministic ? "yes" : "NO", div,
+                   same_as_base ? " (= base!)" : "", sus, vr->lines, kl);
             continue;
         }
         printf("%s{\"alpha\":%g,\"deterministic\":%s,\"divergence_pct\":%.2f,\"suspect_line_pct\":%.2f,\"lines\":%d,"
                "\"suspect_by_heuristic\":{",
                k ? "," : "", vr->alpha, vr->deterministic ? "true" : "false", div, sus, vr->lines);
         for (int b = 0; b < 5; b++) printf("%s\"%s\":%d", b ? "," : "", flag_names[b], vr->flag_counts[b]);
-        printf("}");
+        printf("},\"reproduces_base\":%s", same_as_base ? "true" : "false");
         if (vr->kl_n) printf(",\"kl_mean\":%.6g", vr->kl_sum / vr->kl_n);
         printf(",\"samples\":[");
         for (int p = 0; p < np; p++) {
@@ -276,7 +280,8 @@ static int report(const vopts *o, const vstate *st) {
         printf("]}");
     }
     if (json) printf("],\"pass\":%s}\n", fail ? "false" : "true");
-    else if (fail) printf("FAIL: a threshold was not met (or a variant was not deterministic)\n");
+    else if (fail) printf("FAIL: a threshold was not met, a variant was not deterministic, or a steered variant "
+                          "reproduced the base exactly\n");
     return fail ? 1 : 0;
 }
 

@@ -11,7 +11,7 @@ void cli_ctx_flags_help(FILE *f) {
                "  --prefill-chunk N       prompt tokens per batched forward (default 512; results do not depend on it)\n"
                "  --n-ctx N               KV cache positions (default: max_position_embeddings)\n"
                "  --max-kv-size N         rotating cache of N positions per layer (mlx-lm RotatingKVCache semantics)\n"
-               "  --keep K                rotating: the first K positions are never evicted (default 0)\n"
+               "  --keep K                rotating: the first K positions are never evicted (default 4, as mlx-lm; at most N-1)\n"
                "  --kv-bits 4|8           quantize the cache (affine groups)\n"
                "  --kv-group-size 32|64|128  quantization group size (default 64)\n"
                "  --quantized-kv-start N  positions before N stay float32 (default 0)\n"

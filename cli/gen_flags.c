@@ -57,6 +57,11 @@ void cli_gen_flags_help(FILE *f) {
             "  --max-time S           max_time in seconds                                       [None]\n"
             "  --seed N               seed of genparity's generator (xoshiro256**)              [0]\n"
             "  --logprobs N           log-probability of each token and the N most likely       [off]\n"
+            "beam search (transformers' semantics; greedy only):\n"
+            "  --num-beams N          num_beams                                                 [1]\n"
+            "  --num-return-sequences K  num_return_sequences (<= num_beams), best first        [1]\n"
+            "  --length-penalty X     length_penalty: score = sum logprobs / length^X           [1.0]\n"
+            "  --early-stopping [true|false|never]  early_stopping (no value: true)             [false]\n"
             "not in transformers (OpenAI / mlx-lm knobs, applied after transformers' processors):\n"
             "  --frequency-penalty F  minus F x count of the token in the generated text        [0]\n"
             "  --presence-penalty F   minus F if the token occurs in the generated text         [0]\n"
@@ -237,6 +242,21 @@ int cli_gen_flag(int argc, char **argv, int *i, gp_gen_config *g) {
         uint64_t s;
         if (cli_to_u64(v, &s)) return bad_value(a, "a non-negative integer", v);
         g->seed = s;
+    } else if (!strcmp(a, "--num-beams")) {
+        if (parse_i32(v, 1, &n)) return bad_value(a, "an integer >= 1", v);
+        g->num_beams = n;
+    } else if (!strcmp(a, "--num-return-sequences")) {
+        if (parse_i32(v, 1, &n)) return bad_value(a, "an integer >= 1", v);
+        g->num_return_sequences = n;
+    } else if (!strcmp(a, "--length-penalty")) {
+        if (parse_double(v, -INFINITY, INFINITY, 1, 1, &d)) return bad_value(a, "a number", v);
+        g->length_penalty = d;
+    } else if (!strcmp(a, "--early-stopping")) { /* the value is optional: true (default), false or never */
+        int has = v && (!strcmp(v, "true") || !strcmp(v, "false") || !strcmp(v, "never"));
+        g->early_stopping = !has || !strcmp(v, "true") ? GP_EARLY_STOPPING_TRUE
+                            : !strcmp(v, "never")      ? GP_EARLY_STOPPING_NEVER
+                                                       : GP_EARLY_STOPPING_FALSE;
+        if (!has) return 1;
     } else if (!strcmp(a, "--logprobs")) {
         if (parse_i32(v, 0, &n)) return bad_value(a, "an integer >= 0 (alternatives per token)", v);
         g->logprobs = 1;
@@ -246,4 +266,15 @@ int cli_gen_flag(int argc, char **argv, int *i, gp_gen_config *g) {
     }
     *i += 1; /* the value */
     return 1;
+}
+
+void cli_apply_gen_flags(int argc, char **argv, gp_gen_config *g) {
+    static const char *const bools[] = {"--ignore-eos", "--help", "-h", "--mlock", "--resample-on-suspect",
+                                        "--continue", "--stop-on-special"};
+    for (int i = 1; i < argc; i++) {
+        if (cli_gen_flag(argc, argv, &i, g) != 0) continue;
+        int is_bool = 0;
+        for (size_t k = 0; k < sizeof bools / sizeof *bools; k++) is_bool |= !strcmp(argv[i], bools[k]);
+        if (!is_bool) i++;
+    }
 }

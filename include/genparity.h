@@ -165,6 +165,14 @@ gp_model_params gp_model_default_params(void);
  * their stored dtype.  params may be NULL.  Returns GP_OK and *out (caller frees with gp_model_free). */
 gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model **out);
 
+/* Resolves a model name to a folder, offline (nothing is downloaded): an existing folder (relative, absolute or
+ * "~/..."; mlx-lm's load(path)) or an explicit path ("/...", "./...", "../...") is returned as is; "org/name[@revision]" is looked up in the Hugging Face hub cache
+ * ($HF_HUB_CACHE, $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub, in
+ * that order): models--org--name/snapshots/<commit>/, where <commit> is read from refs/<revision> (default "main") or
+ * is the revision itself.  Returns GP_OK and *dir (caller frees with gp_free), or GP_ERR_MISSING with a message
+ * listing every place it looked. */
+gp_status gp_model_resolve(const char *name, char **dir);
+
 /* Frees a model and unmaps its files; NULL is a no-op.  Every gp_ctx of the model must be freed first. */
 void gp_model_free(gp_model *m);
 
@@ -193,6 +201,19 @@ uint64_t gp_model_weight_bytes(const gp_model *m);
  * (the embedding table when tied) and one embedding row.  KV-cache reads are not included. */
 uint64_t gp_model_decode_bytes(const gp_model *m);
 
+/* Pins the model's memory-mapped weights in RAM (mlock), so that they are never paged out.  Returns GP_OK, or
+ * GP_ERR_UNSUPPORTED (nothing pinned) when RLIMIT_MEMLOCK or the system does not allow it; the message gives the bytes
+ * needed and the limit.  The pages stay pinned until gp_model_free. */
+gp_status gp_model_mlock(const gp_model *m);
+
+/* Returns the process's peak resident set in bytes since it started or since the last gp_mem_peak_reset (Linux:
+ * VmHWM of /proc/self/status; elsewhere getrusage's peak), 0 if unknown. */
+uint64_t gp_mem_peak_rss(void);
+
+/* Resets the process's peak resident set to its current resident set (Linux /proc/self/clear_refs), so the next
+ * gp_mem_peak_rss measures one run.  Returns GP_OK or GP_ERR_UNSUPPORTED where the system cannot. */
+gp_status gp_mem_peak_reset(void);
+
 /* Returns the CPU kernel path in use: "avx512", "avx2" or "scalar" (static string).  Chosen once from the CPU's
  * features; the environment variable GENPARITY_SIMD=scalar|avx2|avx512 forces a path the CPU supports. */
 const char *gp_cpu_simd(void);
@@ -211,7 +232,8 @@ typedef struct gp_ctx_params {
     int32_t max_kv_size;   /* 0 (default): unbounded up to n_ctx; N > 0: rotating cache of N positions per layer
                               (mlx-lm's RotatingKVCache): position p attends to the first `keep` positions and the
                               most recent N - keep positions up to p; memory stays bounded however long the run */
-    int32_t keep;          /* rotating: positions never evicted (default 0) */
+    int32_t keep;          /* rotating: positions never evicted; -1 (default): mlx-lm's 4 (at most max_kv_size - 1)
+                              with a rotating cache, else 0; an explicit keep > 0 needs max_kv_size > 0 */
     int32_t kv_bits;       /* 0 (default): float32 cache; 4 or 8: affine-quantized rows */
     int32_t kv_group_size; /* quantization group along a position's [n_kv_heads * head_dim] row: 32, 64 (default),
                               128; the last group of a row may be shorter */
@@ -460,7 +482,31 @@ typedef struct gp_gen_config {
                                       (transformers' output_scores); 1: of the model's raw logits */
 
     void *_owned;                  /* reserved: storage owned by genparity (e.g. the model's parsed JSON arrays) */
+
+    /* --- beam search (transformers' _beam_search; appended fields) --- */
+    int32_t num_beams;             /* default 1 (no beam search); N > 1: beam search over N beams (greedy only:
+                                      do_sample with num_beams > 1 is refused) */
+    int32_t num_return_sequences;  /* default 1; beam search returns this many (<= num_beams), best first */
+    double length_penalty;         /* default 1.0: a finished beam scores sum(logprobs) / new_length^length_penalty */
+    int32_t early_stopping;        /* GP_EARLY_STOPPING_*: default FALSE (transformers' heuristic) */
+
+    /* --- more transformers processors (appended fields; order of application: docs/sampling.md) --- */
+    /* (appended fields are off when zero, so a zero-filled tail from an older caller changes nothing) */
+    double encoder_repetition_penalty;   /* default 1.0; 0 or 1.0: off; decoder-only models: the prompt's ids get the
+                                            repetition penalty with 1/penalty (EncoderRepetitionPenaltyLogitsProcessor) */
+    int32_t encoder_no_repeat_ngram_size; /* default 0 (off); n-grams of the prompt are never completed */
+    int32_t remove_invalid_values;       /* default 0; 1: NaN -> 0, +inf / -inf -> the largest / lowest float */
+    int32_t exponential_decay_start;     /* exponential_decay_length_penalty (start_index, decay_factor): after
+                                            start_index new tokens, EOS scores grow by |s| * (decay_factor^k - 1) */
+    double exponential_decay_factor;     /* default 0: off (transformers' None); > 0: on */
+    int32_t renormalize_logits;          /* default 0; 1: log_softmax after every processor and warper */
 } gp_gen_config;
+
+/* gp_gen_config.early_stopping, transformers' early_stopping: False, True, "never". */
+#define GP_EARLY_STOPPING_FALSE 0 /* stop when the best running beam, at its current length, cannot beat the worst
+                                     finished one */
+#define GP_EARLY_STOPPING_TRUE 1  /* stop as soon as num_beams sequences are finished */
+#define GP_EARLY_STOPPING_NEVER 2 /* canonical beam search: the bound uses max_length when length_penalty > 0 */
 
 /* Returns transformers' library defaults (no EOS ids). */
 gp_gen_config gp_gen_config_default(void);
@@ -496,6 +542,16 @@ typedef struct gp_top_logprob {
     float logprob;
 } gp_top_logprob;
 
+/* One sequence returned by beam search (owned by its gp_gen_result). */
+typedef struct gp_gen_sequence {
+    int32_t *tokens;          /* generated ids only (a final EOS included) */
+    int32_t n_tokens;
+    float score;              /* transformers' sequences_scores: sum of processed logprobs / length^length_penalty */
+    char *text;               /* decoded text (the final EOS left out), or NULL without a tokenizer */
+    size_t text_len;
+    gp_finish_reason finish_reason; /* STOP (ended with EOS), LENGTH or TIME */
+} gp_gen_sequence;
+
 typedef struct gp_gen_result {
     int32_t *tokens;          /* generated ids only (EOS included when it stopped generation); gp_gen_result_free */
     int32_t n_tokens;
@@ -510,7 +566,11 @@ typedef struct gp_gen_result {
     float *logprobs;          /* [n_tokens] log-probability of each chosen id, or NULL (cfg.logprobs == 0) */
     gp_top_logprob *top_logprobs; /* [n_tokens * n_top], most likely first, or NULL */
     int32_t n_top;            /* entries per step in top_logprobs (cfg.top_logprobs capped at n_vocab) */
+    gp_gen_sequence *sequences;        /* beam search: [n_sequences] returned beams, best first (sequences[0] has
+                                          the same tokens as `tokens`); NULL without beam search */
+    int32_t n_sequences;
 } gp_gen_result;
+
 
 /* What the streaming callback receives for each generated id. */
 typedef struct gp_token_event {
@@ -536,6 +596,25 @@ typedef int (*gp_token_cb)(const gp_token_event *ev, void *user_data);
  * (result empty) when the config is invalid or evaluation fails. */
 gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
                       gp_token_cb on_token, void *user_data, gp_gen_result *result);
+
+/* One sequence of gp_generate_batch. */
+typedef struct gp_batch_seq {
+    gp_ctx *ctx;              /* the sequence's own context (one per sequence; every context of the same model) */
+    const int32_t *prompt;    /* borrowed during the call */
+    int32_t n_prompt;
+    const gp_gen_config *cfg; /* the sequence's config (borrowed) */
+    gp_token_cb on_token;     /* may be NULL; receives this sequence's ids */
+    void *user_data;
+} gp_batch_seq;
+
+/* Generates n sequences together: each prompt is prefilled, then each step picks the next id of every unfinished
+ * sequence and evaluates them all before the next step; sequences have their own lengths, configs and stopping
+ * criteria and finish at different steps.  Every sequence's tokens, text, logprobs and logits are bit-identical to
+ * gp_generate alone on its context with its config, for any batch and thread count.  results [n] (caller frees each
+ * with gp_gen_result_free); status [n] (may be NULL) receives each sequence's own status.  Returns GP_OK when every
+ * sequence succeeded, else the first failing sequence's status (its message names the index).  Sequences with
+ * num_beams > 1 run alone, after the others. */
+gp_status gp_generate_batch(const gp_batch_seq *seqs, int32_t n, gp_gen_result *results, gp_status *status);
 
 /* Frees the arrays inside a result and zeroes it; NULL is a no-op. */
 void gp_gen_result_free(gp_gen_result *r);

@@ -85,6 +85,10 @@ class GpGenConfig(Structure):
         ("logits_processors", POINTER(GpLogitsProcessor)), ("n_logits_processors", c_int32),
         ("sampler", SAMPLER_FN), ("sampler_user_data", c_void_p), ("logprobs", c_int32),
         ("top_logprobs", c_int32), ("logprobs_raw", c_int32), ("_owned", c_void_p),
+        ("num_beams", c_int32), ("num_return_sequences", c_int32), ("length_penalty", c_double),
+        ("early_stopping", c_int32), ("encoder_repetition_penalty", c_double),
+        ("encoder_no_repeat_ngram_size", c_int32), ("remove_invalid_values", c_int32),
+        ("exponential_decay_start", c_int32), ("exponential_decay_factor", c_double), ("renormalize_logits", c_int32),
     ]
 
 
@@ -102,7 +106,8 @@ class GpGenResult(Structure):
     _fields_ = [("tokens", i32p), ("n_tokens", c_int32), ("finish_reason", c_int), ("n_prompt", c_int32),
                 ("prompt_seconds", c_double), ("gen_seconds", c_double), ("text", ctypes.POINTER(ctypes.c_char)),
                 ("text_len", c_size_t), ("stop_index", c_int32), ("logprobs", f32p),
-                ("top_logprobs", POINTER(GpTopLogprob)), ("n_top", c_int32)]
+                ("top_logprobs", POINTER(GpTopLogprob)), ("n_top", c_int32), ("sequences", c_void_p),
+                ("n_sequences", c_int32)]
 
 
 class GpGenResultBuf(Structure):

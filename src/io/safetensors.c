@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -806,4 +807,27 @@ gp_status gp_st_write_stream(const char *path, const gp_st_write_tensor *tensors
                              gp_st_fill_fn fill, void *user) {
     if (!fill) return gp_set_error(GP_ERR_INVALID_ARG, "gp_st_write_stream: fill is NULL");
     return st_write_impl(path, tensors, n, meta_keys, meta_values, n_meta, fill, user);
+}
+
+/* Pins every mapped file in RAM (mlock); all or nothing.  The message of a refusal gives the bytes needed and
+ * RLIMIT_MEMLOCK. */
+gp_status gp_st_mlock(const gp_st_set *s) {
+    uint64_t total = 0;
+    for (int32_t i = 0; i < s->n_files; i++) total += s->files[i].len;
+    for (int32_t i = 0; i < s->n_files; i++) {
+        if (!s->files[i].map || mlock(s->files[i].map, s->files[i].len) == 0) continue;
+        int err = errno;
+        for (int32_t j = 0; j < i; j++)
+            if (s->files[j].map) munlock(s->files[j].map, s->files[j].len);
+        struct rlimit rl;
+        char lim[64] = "unknown";
+        if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+            if (rl.rlim_cur == RLIM_INFINITY) snprintf(lim, sizeof lim, "unlimited");
+            else snprintf(lim, sizeof lim, "%llu bytes", (unsigned long long)rl.rlim_cur);
+        }
+        return gp_set_error(GP_ERR_UNSUPPORTED, "mlock: cannot pin the weights (%llu bytes in %d file(s), %s: %s); "
+                            "RLIMIT_MEMLOCK is %s (raise it with `ulimit -l`, or run with CAP_IPC_LOCK)",
+                            (unsigned long long)total, (int)s->n_files, s->files[i].path, strerror(err), lim);
+    }
+    return GP_OK;
 }

@@ -77,6 +77,10 @@ const char *gp_st_metadata(const gp_st_set *s, const char *key);
 /* Sum of nbytes over all tensors. */
 uint64_t gp_st_total_bytes(const gp_st_set *s);
 
+/* Pins every mapped file in RAM (mlock), all or nothing.  GP_ERR_UNSUPPORTED with the bytes needed and
+ * RLIMIT_MEMLOCK when the system refuses. */
+gp_status gp_st_mlock(const gp_st_set *s);
+
 /* A tensor to write: data is read from memory in dtype's layout. */
 typedef struct gp_st_write_tensor {
     const char *name;

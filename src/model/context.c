@@ -17,6 +17,7 @@ gp_ctx_params gp_ctx_default_params(void) {
     gp_ctx_params p = {0};
     p.prefill_chunk = 512;
     p.kv_group_size = 64;
+    p.keep = -1; /* the default: mlx-lm's keep of 4 with a rotating cache (at most max_kv_size - 1), else 0 */
     return p;
 }
 
@@ -74,6 +75,7 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     if (!m) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: model is NULL");
     gp_ctx_params p = params ? *params : gp_ctx_default_params();
     const gp_config *c = &m->cfg;
+    if (p.keep == -1) p.keep = p.max_kv_size > 0 ? (p.max_kv_size > 4 ? 4 : p.max_kv_size - 1) : 0;
     gp_status ps = gp_ctx_params_check(&p); /* ranges first: nothing below may overflow (house, issue 17.9) */
     if (ps) return ps;
     if (p.n_ctx < 0 || p.n_threads < 0 || p.prefill_chunk < 0 || p.max_kv_size < 0 || p.keep < 0 ||
@@ -459,3 +461,31 @@ gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha) 
 
 const gp_model *gp_ctx_model(const gp_ctx *c) { return c ? c->m : NULL; }
 int32_t gp_ctx_layer_cap(const gp_ctx *c, int32_t l) { return gp_cache_layer_cap(gp_ctx_cache(c), l); }
+
+gp_status gp_ctx_eval_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, float *logits) {
+    if (!cs || !ids || !logits || n <= 0 || !cs[0] || n > cs[0]->p.prefill_chunk)
+        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_eval_batch: bad arguments");
+    const gp_ctx *c0 = cs[0];
+    for (int32_t i = 0; i < n; i++) {
+        const gp_ctx *c = cs[i];
+        if (!c || c->m != c0->m || memcmp(&c->p, &c0->p, sizeof c->p) != 0)
+            return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_eval_batch: context %d differs from context 0", (int)i);
+        for (int32_t j = 0; j < i; j++)
+            if (cs[j] == c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_eval_batch: context %d repeats", (int)i);
+        if (ids[i] < 0 || ids[i] >= c->m->cfg.n_vocab)
+            return gp_set_error(GP_ERR_RANGE, "gp_ctx_eval_batch: token id %d of sequence %d is outside the vocabulary",
+                                ids[i], (int)i);
+        const int32_t n_past = gp_cache_n_past(gp_ctx_cache(c));
+        if ((c->kvp.max_kv_size == 0 && (int64_t)n_past + 1 > c->p.n_ctx) || n_past + 1 > INT32_MAX / 2)
+            return gp_set_error(GP_ERR_RANGE, "gp_ctx_eval_batch: sequence %d's context is full", (int)i);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        gp_cache *kc = gp_ctx_cache(cs[i]);
+        gp_status s = ctx_reserve(cs[i], gp_cache_n_past(kc) + 1);
+        if (!s) s = gp_cache_begin(kc, ids + i, 1, cs[i]->steer.epoch);
+        if (s) return s; /* (earlier sequences keep their reservation; nothing was evaluated) */
+    }
+    gp_forward_batch(cs, n, ids, logits);
+    for (int32_t i = 0; i < n; i++) cs[i]->steer.step++;
+    return GP_OK;
+}

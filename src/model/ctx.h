@@ -37,4 +37,18 @@ static inline gp_cache *gp_ctx_cache(const gp_ctx *c) { return c->caches[c->cur]
 void gp_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_opts *o, int32_t t0, int32_t n_total,
                       float *logits, int all);
 
+/* One decode step of n sequences together (gp_generate_batch): row i is ids[i] on cs[i]'s current cache, at its
+ * position, under its steering; every linear reads the weights once for the n rows; cs[0]'s workspace and buffers
+ * (n <= its prefill_chunk).  logits (host) [n, V].  The caches must have been reserved and begun. */
+void gp_forward_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, float *logits);
+
+/* One decode step of n sequences, each on its own context (distinct contexts of one model with equal gp_ctx_params;
+ * n <= prefill_chunk): the same checks and bookkeeping as gp_ctx_eval of one id on each, then gp_forward_batch.
+ * Every row's logits are bit-identical to gp_ctx_eval alone.  GP_ERR_RANGE (nothing evaluated) when one context is
+ * full; GP_ERR_INVALID_ARG when the contexts cannot share a step (then evaluate them one by one). */
+gp_status gp_ctx_eval_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, float *logits);
+
+/* Rows one forward of the context can take (its prefill_chunk). */
+static inline int32_t gp_ctx_max_rows(const gp_ctx *c) { return c->p.prefill_chunk; }
+
 #endif

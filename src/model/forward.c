@@ -107,3 +107,71 @@ void gp_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_op
     }
     gp_cache_advance(gp_ctx_cache(c), n);
 }
+
+/* The attention block of layer l for a batch: row i of cs[0]'s buffers is sequence i, at its own cache's position;
+ * the projections run on all n rows at once (one pass over the weights), rope and attention per row on that
+ * sequence's cache. */
+static void attention_rows(gp_ctx *const *cs, int32_t l, int32_t n) {
+    gp_ctx *c = cs[0];
+    const gp_model *m = c->m;
+    const gp_config *cfg = &m->cfg;
+    const gp_arch *a = &cfg->arch;
+    const gp_backend_ops *B = m->be->ops;
+    gp_ws *ws = c->ws;
+    const gp_layer *L = &m->layers[l];
+    const int32_t E = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
+    const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
+    const int po = a->norm_plus_one;
+
+    B->rmsnorm(ws, c->h, c->x, &L->attn_norm, n, E, cfg->norm_eps, po);
+    B->linear(ws, c->q, c->h, &L->q, n);
+    B->linear(ws, c->k, c->h, &L->k, n);
+    B->linear(ws, c->v, c->h, &L->v, n);
+    if (a->qk_norm) {
+        B->rmsnorm(ws, c->q, c->q, &L->q_norm, n * nh, hd, cfg->norm_eps, po);
+        B->rmsnorm(ws, c->k, c->k, &L->k_norm, n * nkv, hd, cfg->norm_eps, po);
+    }
+    const float *inv_freq = cfg->window[l] > 0 ? m->inv_freq_sliding : m->inv_freq_full;
+    for (int32_t i = 0; i < n; i++) {
+        gp_cache *kc = gp_ctx_cache(cs[i]);
+        const int32_t pos = gp_cache_n_past(kc);
+        float *q = c->q + i * Q, *k = c->k + i * KV, *v = c->v + i * KV;
+        B->rope(ws, q, 1, nh, hd, pos, inv_freq);
+        B->rope(ws, k, 1, nkv, hd, pos, inv_freq);
+        gp_kv_desc kv;
+        gp_cache_stage(kc, ws, l, k, v, 1, &kv);
+        const gp_attn_args args = {.out = c->att + i * Q, .q = q, .kv = &kv, .n = 1, .pos0 = pos, .n_heads = nh,
+                                   .n_kv = nkv, .head_dim = hd, .scale = a->attn_scale, .softcap = a->attn_softcap};
+        B->attention(ws, &args);
+        gp_cache_commit(kc, ws, l, 1);
+    }
+    B->linear(ws, c->h, c->att, &L->o, n);
+    if (a->sandwich_norms) B->rmsnorm(ws, c->h, c->h, &L->attn_post_norm, n, E, cfg->norm_eps, po);
+    B->add(ws, c->x, c->h, (int64_t)n * E);
+}
+
+void gp_forward_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, float *logits) {
+    gp_ctx *c = cs[0];
+    const gp_model *m = c->m;
+    const gp_config *cfg = &m->cfg;
+    const gp_arch *a = &cfg->arch;
+    gp_backend *be = m->be;
+    const gp_backend_ops *B = be->ops;
+    gp_ws *ws = c->ws;
+    const int32_t E = cfg->n_embd, V = cfg->n_vocab;
+
+    B->embed(ws, c->x, ids, n, &m->tok_embd, a->scale_embeddings ? (float)sqrt((double)E) : 1.0f);
+    for (int32_t l = 0; l < cfg->n_layers; l++) {
+        attention_rows(cs, l, n);
+        ffn_block(c, l, n);
+        for (int32_t i = 0; i < n; i++) gp_steer_apply(&cs[i]->steer, ws, l, c->x + (int64_t)i * E, 1, E);
+    }
+    B->rmsnorm(ws, c->x, c->x, &m->out_norm, n, E, cfg->norm_eps, a->norm_plus_one);
+    float *out = be->host_memory ? logits : c->logits;
+    B->linear(ws, out, c->x, &m->lm_head, n);
+    if (a->final_softcap > 0) B->softcap(ws, out, (int64_t)n * V, a->final_softcap);
+    for (int32_t i = 0; i < n; i++)
+        if (cs[i]->steer.bias) B->add(ws, out + (int64_t)i * V, cs[i]->steer.bias, V);
+    if (out != logits) B->download(be, logits, out, (size_t)n * V * sizeof(float));
+    for (int32_t i = 0; i < n; i++) gp_cache_advance(gp_ctx_cache(cs[i]), 1);
+}

@@ -26,6 +26,11 @@ gp_gen_config gp_gen_config_default(void) {
     g.forced_bos_token_id = -1;
     g.forced_eos_token_id = -1;
     g.skip_special_tokens = 1;
+    g.num_beams = 1;
+    g.num_return_sequences = 1;
+    g.length_penalty = 1.0;
+    g.early_stopping = GP_EARLY_STOPPING_FALSE;
+    g.encoder_repetition_penalty = 1.0;
     return g;
 }
 
@@ -65,6 +70,28 @@ static gp_status check_range(const char *field, double v, double lo, double hi, 
     if (!ok)
         return BAD("gen_config: field '%s' = %g must be in %c%g, %g%c", field, v, lo_open ? '(' : '[', lo, hi,
                    hi_open ? ')' : ']');
+    return GP_OK;
+}
+
+/* The beam-search fields and the appended processors (0 in num_beams / num_return_sequences means 1). */
+static gp_status validate_more(const gp_gen_config *g) {
+    gp_status s;
+    if (g->num_beams < 0) return BAD("gen_config: field 'num_beams' = %d must be >= 1", (int)g->num_beams);
+    if (g->num_return_sequences < 0)
+        return BAD("gen_config: field 'num_return_sequences' = %d must be >= 1", (int)g->num_return_sequences);
+    if (!isfinite(g->length_penalty)) return BAD("gen_config: field 'length_penalty' must be a finite number");
+    if (g->early_stopping < GP_EARLY_STOPPING_FALSE || g->early_stopping > GP_EARLY_STOPPING_NEVER)
+        return BAD("gen_config: field 'early_stopping' = %d must be 0 (False), 1 (True) or 2 (\"never\")",
+                   (int)g->early_stopping);
+    if ((s = check_range("encoder_repetition_penalty", g->encoder_repetition_penalty, 0.0, INFINITY, 0, 1))) return s;
+    if (g->encoder_no_repeat_ngram_size < 0)
+        return BAD("gen_config: field 'encoder_no_repeat_ngram_size' = %d is negative",
+                   (int)g->encoder_no_repeat_ngram_size);
+    if (g->exponential_decay_start < 0)
+        return BAD("gen_config: field 'exponential_decay_length_penalty' start %d is negative",
+                   (int)g->exponential_decay_start);
+    if ((s = check_range("exponential_decay_length_penalty", g->exponential_decay_factor, 0.0, INFINITY, 0, 1)))
+        return s;
     return GP_OK;
 }
 
@@ -138,7 +165,7 @@ gp_status gp_gen_config_validate(const gp_gen_config *g, int32_t n_vocab) {
                    (int)g->n_logits_processors);
     if (g->logprobs < 0) return BAD("gen_config: field 'logprobs' = %d is negative", (int)g->logprobs);
     if (g->top_logprobs < 0) return BAD("gen_config: field 'top_logprobs' = %d is negative", (int)g->top_logprobs);
-    return GP_OK;
+    return validate_more(g);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -334,11 +361,90 @@ static gp_status apply_scalars(gp_gen_config *t, const gp_jobj *o, int32_t hi) {
     return s;
 }
 
+/* early_stopping: true, false or "never". */
+static gp_status apply_early_stopping(gp_gen_config *g, const gp_jobj *o) {
+    const cJSON *v = gp_json_get(o, "early_stopping");
+    if (!v) return GP_OK;
+    if (cJSON_IsBool(v)) g->early_stopping = cJSON_IsTrue(v) ? GP_EARLY_STOPPING_TRUE : GP_EARLY_STOPPING_FALSE;
+    else if (cJSON_IsString(v) && !strcmp(v->valuestring, "never")) g->early_stopping = GP_EARLY_STOPPING_NEVER;
+    else return JERR("%s: field 'early_stopping' must be true, false or \"never\"", o->path);
+    return GP_OK;
+}
+
+/* exponential_decay_length_penalty: [start_index, decay_factor]. */
+static gp_status apply_exp_decay(gp_gen_config *g, const gp_jobj *o) {
+    const cJSON *v = gp_json_get(o, "exponential_decay_length_penalty");
+    if (!v) return GP_OK;
+    const cJSON *a = cJSON_GetArrayItem(v, 0), *b = cJSON_GetArrayItem(v, 1);
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) ||
+        a->valuedouble != floor(a->valuedouble) || a->valuedouble < 0 || a->valuedouble > INT32_MAX ||
+        !isfinite(b->valuedouble) || b->valuedouble <= 0)
+        return JERR("%s: field 'exponential_decay_length_penalty' must be [start_index >= 0, decay_factor > 0]",
+                    o->path);
+    g->exponential_decay_start = (int32_t)a->valuedouble;
+    g->exponential_decay_factor = b->valuedouble;
+    return GP_OK;
+}
+
+/* Fields of transformers' GenerationConfig that change decoding and that genparity does not implement: present with
+ * a value other than the one that turns them off, they are refused (never silently ignored). */
+static gp_status refuse_unsupported(const gp_jobj *o) {
+    static const struct {
+        const char *key;
+        int kind;        /* 0: off when null/absent; 1: off when 1 (numbers); 2: off when 0 / 0.0 / false */
+        const char *why;
+    } refused[] = {
+        {"guidance_scale", 1, "classifier-free guidance needs a second (negative-prompt) forward pass"},
+        {"watermarking_config", 0, "watermarking is not implemented"},
+        {"constraints", 0, "constrained beam search is not implemented (not in transformers 5 either)"},
+        {"force_words_ids", 0, "constrained beam search is not implemented"},
+        {"num_beam_groups", 1, "group (diverse) beam search is not implemented"},
+        {"diversity_penalty", 2, "group (diverse) beam search is not implemented"},
+        {"penalty_alpha", 2, "contrastive search is not implemented"},
+        {"dola_layers", 0, "DoLa decoding is not implemented"},
+        {"top_h", 0, "the top-h warper is not implemented"},
+        {"prompt_lookup_num_tokens", 0, "prompt-lookup (speculative) decoding is not implemented"},
+        {"assistant_early_exit", 0, "assisted (speculative) decoding is not implemented"},
+        {"use_mtp", 2, "multi-token prediction is not implemented"},
+        {"token_healing", 2, "token healing is not implemented"},
+        {"low_memory", 2, "sequential beam search (low_memory) is refused by transformers 5 too"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        const cJSON *v = gp_json_get(o, refused[i].key);
+        if (!v) continue;
+        int off = refused[i].kind == 1 ? cJSON_IsNumber(v) && v->valuedouble == 1.0
+                  : refused[i].kind == 2 ? (cJSON_IsNumber(v) && v->valuedouble == 0.0) || cJSON_IsFalse(v)
+                                         : 0;
+        if (!off)
+            return gp_set_error(GP_ERR_UNSUPPORTED, "%s: field '%s' is not supported: %s (remove it or set it to %s)",
+                                o->path, refused[i].key, refused[i].why,
+                                refused[i].kind == 1 ? "1" : refused[i].kind == 2 ? "0 / false" : "null");
+    }
+    return GP_OK;
+}
+
+/* The beam-search fields and the appended processors. */
+static gp_status apply_more(gp_gen_config *t, const gp_jobj *o) {
+    const double H = HUGE_VAL;
+    gp_status s = refuse_unsupported(o);
+    if (!s) s = gp_json_i32(o, "num_beams", 1, INT32_MAX, &t->num_beams);
+    if (!s) s = gp_json_i32(o, "num_return_sequences", 1, INT32_MAX, &t->num_return_sequences);
+    if (!s) s = gp_json_num(o, "length_penalty", -H, H, &t->length_penalty);
+    if (!s) s = apply_early_stopping(t, o);
+    if (!s) s = gp_json_num(o, "encoder_repetition_penalty", -H, H, &t->encoder_repetition_penalty);
+    if (!s) s = gp_json_i32(o, "encoder_no_repeat_ngram_size", 0, INT32_MAX, &t->encoder_no_repeat_ngram_size);
+    if (!s) s = gp_json_bool(o, "remove_invalid_values", &t->remove_invalid_values);
+    if (!s) s = gp_json_bool(o, "renormalize_logits", &t->renormalize_logits);
+    if (!s) s = apply_exp_decay(t, o);
+    return s;
+}
+
 /* Applies the fields of a parsed generation_config.json onto t. */
 static gp_status apply_fields(gp_gen_config *t, const gp_jobj *o, int32_t n_vocab) {
     int32_t hi = n_vocab > 0 ? n_vocab - 1 : INT32_MAX;
     int has_max_new = gp_json_has(o, "max_new_tokens"), has_max_len = gp_json_has(o, "max_length");
     gp_status s = apply_scalars(t, o, hi);
+    if (!s) s = apply_more(t, o);
     if (!s) s = apply_forced_eos(t, o, hi);
     if (!s) s = gp_json_ids(o, "eos_token_id", hi, t->eos_ids, GP_MAX_EOS, &t->n_eos);
     if (!s) s = apply_bad_words(t, o, hi);

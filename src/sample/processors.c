@@ -3,6 +3,7 @@
 #include "sample/sample.h"
 #include "util/util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,4 +169,46 @@ void gp_proc_suppress_tokens(float *scores, int32_t n_vocab, const int32_t *tok,
 void gp_proc_begin_suppress(float *scores, int32_t n_vocab, int32_t n_ids, int32_t begin_index, const int32_t *tok,
                             int32_t n_tok) {
     if (n_ids == begin_index) mask_ids(scores, n_vocab, tok, n_tok);
+}
+
+/* EncoderNoRepeatNGramLogitsProcessor on a decoder-only model (the prompt is the "encoder input"): -inf for every
+ * token that would complete, after the last ngram-1 ids, an n-gram that occurs in the prompt. */
+void gp_proc_encoder_no_repeat_ngram(float *scores, int32_t n_vocab, const int32_t *ids, int32_t n_ids,
+                                     const int32_t *prompt, int32_t n_prompt, int32_t ngram) {
+    if (ngram <= 0 || n_ids < ngram - 1 || n_prompt < ngram) return;
+    const int32_t *prefix = ids + n_ids - (ngram - 1);
+    for (int32_t s = 0; s + ngram <= n_prompt; s++) {
+        if (ngram > 1 && memcmp(prompt + s, prefix, (size_t)(ngram - 1) * sizeof(int32_t)) != 0) continue;
+        int32_t t = prompt[s + ngram - 1];
+        if (t >= 0 && t < n_vocab) scores[t] = -INFINITY;
+    }
+}
+
+void gp_proc_remove_invalid(float *scores, int32_t n_vocab) {
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float s = scores[i];
+        if (s != s) scores[i] = 0.0f;
+        else if (s == INFINITY) scores[i] = FLT_MAX;
+        else if (s == -INFINITY) scores[i] = -FLT_MAX;
+    }
+}
+
+void gp_proc_exp_decay(float *scores, int32_t n_vocab, int32_t n_ids, int32_t n_prompt, int32_t start, double factor,
+                       const int32_t *eos, int32_t n_eos) {
+    const int64_t reg_start = (int64_t)start + n_prompt;
+    if (start < 0 || factor <= 0.0 || n_ids <= reg_start) return;
+    const float f = (float)(pow(factor, (double)(n_ids - reg_start)) - 1.0);
+    float pen[GP_MAX_EOS];
+    for (int32_t i = 0; i < n_eos; i++) /* every penalty from the scores before any is added */
+        pen[i] = eos[i] >= 0 && eos[i] < n_vocab ? fabsf(scores[eos[i]]) * f : 0.0f;
+    for (int32_t i = 0; i < n_eos; i++) {
+        int dup = 0;
+        for (int32_t j = 0; j < i; j++) dup |= eos[j] == eos[i];
+        if (!dup && eos[i] >= 0 && eos[i] < n_vocab) scores[eos[i]] = scores[eos[i]] + pen[i];
+    }
+}
+
+void gp_proc_renormalize(float *scores, int32_t n_vocab, gp_sample_ws *ws) {
+    gp_log_softmax_f32(scores, n_vocab, ws->f1);
+    memcpy(scores, ws->f1, (size_t)n_vocab * sizeof(float));
 }

@@ -71,6 +71,19 @@ void gp_proc_suppress_tokens(float *scores, int32_t n_vocab, const int32_t *tok,
 void gp_proc_begin_suppress(float *scores, int32_t n_vocab, int32_t n_ids, int32_t begin_index, const int32_t *tok,
                             int32_t n_tok);
 
+/* EncoderNoRepeatNGramLogitsProcessor with the prompt as the encoder input: -inf for every token that would complete,
+ * after the last ngram-1 ids, an n-gram of the prompt. */
+void gp_proc_encoder_no_repeat_ngram(float *scores, int32_t n_vocab, const int32_t *ids, int32_t n_ids,
+                                     const int32_t *prompt, int32_t n_prompt, int32_t ngram);
+/* InfNanRemoveLogitsProcessor: NaN -> 0, +inf -> FLT_MAX, -inf -> -FLT_MAX. */
+void gp_proc_remove_invalid(float *scores, int32_t n_vocab);
+/* ExponentialDecayLengthPenalty: once n_ids > n_prompt + start, each EOS score s += |s| * (float)(factor^k - 1),
+ * k = n_ids - n_prompt - start. */
+void gp_proc_exp_decay(float *scores, int32_t n_vocab, int32_t n_ids, int32_t n_prompt, int32_t start, double factor,
+                       const int32_t *eos, int32_t n_eos);
+/* LogitNormalization: scores = log_softmax(scores). */
+void gp_proc_renormalize(float *scores, int32_t n_vocab, gp_sample_ws *ws);
+
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* Non-transformers extras (OpenAI / mlx-lm / llama.cpp knobs)                                                        */
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -102,10 +115,12 @@ void gp_warp_eta(float *scores, int32_t n_vocab, double eps, gp_sample_ws *ws);
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* The pipeline of one step                                                                                          */
 /* ---------------------------------------------------------------------------------------------------------------- */
-/* Applies, in transformers' order: sequence_bias, repetition_penalty, no_repeat_ngram, bad_words, min_length,
- * min_new_tokens, forced_bos, forced_eos (max_len = the step cap of prompt + new tokens, 0 = none),
- * suppress_tokens, begin_suppress_tokens, then the extras (frequency/presence, logit_bias), the caller's processors,
- * and when do_sample temperature, top-k, top-p, min-p, typical, epsilon, eta.  Returns a caller processor's error. */
+/* Applies, in transformers' order: sequence_bias, encoder_repetition_penalty, repetition_penalty, no_repeat_ngram,
+ * encoder_no_repeat_ngram, bad_words, min_length, min_new_tokens, forced_bos, forced_eos (max_len = the step cap of
+ * prompt + new tokens, 0 = none), remove_invalid_values, exponential_decay_length_penalty, suppress_tokens,
+ * begin_suppress_tokens, then the extras (frequency/presence, logit_bias), the caller's processors, when do_sample
+ * temperature, top-k, top-p, min-p, typical, epsilon, eta, and last renormalize_logits.  Returns a caller processor's
+ * error. */
 gp_status gp_process_scores(const gp_gen_config *g, float *scores, int32_t n_vocab, const int32_t *ids,
                             int32_t n_ids, int32_t n_prompt, int32_t max_len, gp_sample_ws *ws);
 
@@ -160,5 +175,91 @@ typedef struct gp_gen_engine {
 
 gp_status gp_gen_run(const gp_gen_engine *e, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
                      gp_token_cb on_token, void *user_data, gp_gen_result *result);
+
+/* Text accumulated from the detokenizer, with what was already streamed. */
+typedef struct gp_gen_text {
+    char *buf;
+    size_t len, cap;
+    size_t emitted; /* bytes already given to the callback */
+    size_t checked; /* bytes already searched for stop strings */
+} gp_gen_text;
+
+/* One sequence of the loop as a state machine: begin (checks, prefill -> logits), then while next() gives an id,
+ * the caller evaluates it into q->logits and reports the status with decoded(); end() fills the result.  gp_gen_run
+ * is exactly that loop; gp_generate_batch runs several sequences' next/evaluate/decoded in lockstep. */
+typedef struct gp_gen_seq {
+    const gp_gen_engine *e;
+    const gp_gen_config *cfg;
+    gp_token_cb on_token;
+    void *user_data;
+    gp_gen_result *result;
+    int32_t n_prompt, n_new, max_len, n_top;
+    int64_t limit;
+    int want_lp, detok_flushed;
+    gp_rng rng;
+    gp_finish_reason finish;
+    gp_status ret;
+    double t0, t1;
+    int32_t *ids; /* prompt + generated */
+    size_t ids_cap, lp_cap, top_cap;
+    float *logprobs;
+    gp_top_logprob *top;
+    float *logits, *scores, *lp; /* [n_vocab]: logits is where the next evaluation writes */
+    gp_sample_ws ws;
+    gp_gen_text text;
+} gp_gen_seq;
+
+/* Checks, allocates, prefills (result zeroed first).  On error nothing is left to free. */
+gp_status gp_gen_seq_begin(gp_gen_seq *q, const gp_gen_engine *e, const int32_t *prompt, int32_t n_prompt,
+                           const gp_gen_config *cfg, gp_token_cb on_token, void *user_data, gp_gen_result *result);
+/* Chooses the next id from q->logits, applies the stopping criteria and streams it; returns 1 with *tok to evaluate,
+ * 0 when the sequence is finished (or failed). */
+int gp_gen_seq_next(gp_gen_seq *q, int32_t *tok);
+/* Reports the evaluation of that id (GP_ERR_RANGE: the context is full); returns 1 to go on. */
+int gp_gen_seq_decoded(gp_gen_seq *q, gp_status s);
+/* Fills the result and frees the state; returns GP_OK, GP_ERR_CANCELLED (result filled) or the error (result
+ * empty). */
+gp_status gp_gen_seq_end(gp_gen_seq *q);
+
+/* The engine of one gp_ctx (generate.c): the prompt through gp_ctx_prefill (prefix reuse), then gp_ctx_eval; the
+ * model's tokenizer through a streaming detokenizer. */
+typedef struct gp_ctx_engine {
+    gp_ctx *c;
+    gp_detok *d;
+    int prefill; /* the next eval is the prompt */
+} gp_ctx_engine;
+gp_status gp_ctx_engine_bind(gp_ctx_engine *ce, gp_gen_engine *e, gp_ctx *c, const gp_gen_config *cfg);
+void gp_ctx_engine_unbind(gp_ctx_engine *ce);
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* Beam search (transformers' _beam_search) over an engine of n parallel sequences ("beams")                         */
+/* ---------------------------------------------------------------------------------------------------------------- */
+typedef struct gp_beam_engine {
+    void *self;
+    int32_t n_vocab;
+    /* Evaluates the prompt into beam 0 and writes its last position's logits [n_vocab]. */
+    gp_status (*prefill)(void *self, const int32_t *ids, int32_t n, float *logits);
+    /* Rebuilds the beams: new beam j (j < n) continues old beam parent[j] (after the prefill every parent is 0). */
+    gp_status (*reorder)(void *self, const int32_t *parent, int32_t n);
+    /* Appends tokens[j] to beam j (j < n) and writes the logits [n, n_vocab]; every beam at the same step. */
+    gp_status (*step)(void *self, const int32_t *tokens, int32_t n, float *logits);
+} gp_beam_engine;
+
+/* Returned beams, best first: tokens of beam i are tokens[off[i] .. off[i] + len[i]). */
+typedef struct gp_beam_out {
+    int32_t n;
+    int32_t *tokens, *off, *len;
+    float *score;
+    gp_finish_reason *finish;
+    double prompt_seconds, gen_seconds;
+} gp_beam_out;
+
+/* Checks the beam fields' ranges and, when combos, what beam search does not combine with (sampling, stop strings,
+ * logprobs, a caller sampler, no length bound). */
+gp_status gp_beam_check(const gp_gen_config *cfg, int combos);
+/* Runs beam search on e; fills *out (free with gp_beam_out_free). */
+gp_status gp_beam_run(const gp_beam_engine *e, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
+                      gp_beam_out *out);
+void gp_beam_out_free(gp_beam_out *o);
 
 #endif

@@ -121,3 +121,40 @@ TEST(gen_config_json_file_and_fixture_models) {
         free(p);
     }
 }
+
+/* Beam-search fields: defaults as transformers, parsed from generation_config.json (early_stopping true / false /
+ * "never"), bad values refused naming the field. */
+TEST(gen_config_beam_fields) {
+    gp_gen_config g = gp_gen_config_default();
+    CHECK_EQ_INT(g.num_beams, 1);
+    CHECK_EQ_INT(g.num_return_sequences, 1);
+    CHECK(g.length_penalty == 1.0);
+    CHECK_EQ_INT(g.early_stopping, GP_EARLY_STOPPING_FALSE);
+    CHECK_STATUS(gp_gen_config_apply_json_text(&g, "{\"num_beams\": 4, \"num_return_sequences\": 2, "
+                                               "\"length_penalty\": 0.5, \"early_stopping\": \"never\"}", "b.json"),
+                 GP_OK);
+    CHECK_EQ_INT(g.num_beams, 4);
+    CHECK_EQ_INT(g.num_return_sequences, 2);
+    CHECK(g.length_penalty == 0.5);
+    CHECK_EQ_INT(g.early_stopping, GP_EARLY_STOPPING_NEVER);
+    CHECK_STATUS(gp_gen_config_apply_json_text(&g, "{\"early_stopping\": true}", "b.json"), GP_OK);
+    CHECK_EQ_INT(g.early_stopping, GP_EARLY_STOPPING_TRUE);
+    const char *bad[] = {"{\"early_stopping\": \"sometimes\"}", "{\"num_beams\": 0}", "{\"num_beams\": 2.5}",
+                         "{\"num_return_sequences\": -1}"};
+    const char *field[] = {"early_stopping", "num_beams", "num_beams", "num_return_sequences"};
+    for (int i = 0; i < 4; i++) {
+        gp_gen_config h = gp_gen_config_default();
+        CHECK_STATUS(gp_gen_config_apply_json_text(&h, bad[i], "b.json"), GP_ERR_FORMAT);
+        if (!strstr(gp_errmsg(), field[i]) || !strstr(gp_errmsg(), "b.json")) {
+            NOTE("%s: message '%s' does not name b.json and %s", bad[i], gp_errmsg(), field[i]);
+            gp_test_failed = 1;
+        }
+    }
+    gp_gen_config h = gp_gen_config_default();
+    h.num_beams = 2;
+    h.num_return_sequences = 3;
+    CHECK_STATUS(gp_gen_config_validate(&h, 0), GP_OK); /* ranges only; combinations are checked by gp_generate */
+    h.early_stopping = 7;
+    CHECK_STATUS(gp_gen_config_validate(&h, 0), GP_ERR_INVALID_ARG);
+    gp_gen_config_free_owned(&g);
+}
