@@ -28,7 +28,12 @@ TEST(cli_generate_mlock) {
         CHECK(j && cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens")) == 3);
         cJSON_Delete(j);
     }
-    /* an unprivileged user with RLIMIT_MEMLOCK 0 */
+    /* an unprivileged user with RLIMIT_MEMLOCK 0 (AddressSanitizer intercepts mlock as a no-op that succeeds, so the
+     * refusal can only be seen in the normal build) */
+    if (getenv("GENPARITY_ASAN")) {
+        NOTE("ASan build: mlock is intercepted by the sanitizer, the refusal is checked in make test");
+        return;
+    }
     if (system("command -v prlimit >/dev/null && command -v setpriv >/dev/null") != 0 || geteuid() != 0) {
         NOTE("prlimit/setpriv or root unavailable: the refusal is not exercised");
         return;
