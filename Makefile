@@ -5,6 +5,9 @@
 #   make bench-tokenizer  tokenizer load time and encode/decode MB/s on the fixture tokenizers
 #   make demo       generate Shakespeare-like text from the embedded model
 #   make deps       install the Debian packages the build needs (as root), else print the apt-get line
+#   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90, cuBLAS) in build-cuda/
+#   make test-cuda  build-cuda's CUDA tests: on a GPU machine parity, determinism and the op harness; without a
+#                   GPU or driver they check that selecting CUDA is a clear error
 
 BUILD   ?= build
 CC      ?= gcc
@@ -18,14 +21,26 @@ LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
 LDFLAGS_ALL = -fopenmp $(SAN) $(LDFLAGS)
 
 LIB_SRC  := $(shell find src -name '*.c' | sort)
+# CUDA backend (GP_CUDA=1, set by `make cuda`): src/**/*.cu through nvcc, linked with cudart (static) and cuBLAS
+NVCC      ?= nvcc
+CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null)))
+CUDA_ARCH ?= -arch=sm_90
+NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -lineinfo -Xcompiler -fPIC,-Wall -Werror all-warnings -Iinclude -Isrc
+ifeq ($(GP_CUDA),1)
+CU_SRC    := $(shell find src -name '*.cu' | sort)
+CFLAGS_BASE += -DGP_CUDA=1
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
+endif
+CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_SRC  := $(shell find cli -name '*.c' | sort)
 TEST_SRC := $(shell find tests -name '*.c' | sort)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ  += $(CU_OBJ)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 
-.PHONY: all test asan demo deps clean bench bench-tokenizer header-check
+.PHONY: all test asan demo deps clean bench bench-tokenizer header-check cuda test-cuda nvcc-check
 
 all: deps-check $(BUILD)/genparity $(BUILD)/libgenparity.a $(BUILD)/libgenparity.so
 
@@ -38,6 +53,19 @@ deps:
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu | nvcc-check
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+nvcc-check:
+	@command -v $(NVCC) >/dev/null 2>&1 || { echo "make cuda: nvcc not found (install the CUDA toolkit or set NVCC=/path/to/nvcc)" >&2; exit 1; }
+
+cuda:
+	$(MAKE) BUILD=build-cuda GP_CUDA=1 all build-cuda/run_tests
+
+test-cuda: cuda
+	GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests cuda
 
 $(BUILD)/libgenparity.a: $(LIB_OBJ)
 	@rm -f $@
@@ -84,6 +112,6 @@ bench-tokenizer: $(BUILD)/bench_tokenizer
 		$(FIXTURES)/tokenizers/qwen3/tokenizer.json
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cuda
 
 -include $(DEPS)

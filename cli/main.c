@@ -168,7 +168,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "make-model")) return cmd_make_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("genparity %s\n", gp_version());
+        printf("genparity %s (backends: %s)\n", gp_version(), gp_backends());
         return 0;
     }
     fprintf(stderr, "genparity: unknown command '%s'\n\n", cmd);

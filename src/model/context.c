@@ -46,6 +46,9 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     if (p.n_ctx < 0 || p.n_threads < 0 || p.prefill_chunk < 0 || p.max_kv_size < 0 || p.keep < 0 ||
         p.quantized_kv_start < 0)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: sizes must be >= 0");
+    if (p.device != GP_DEVICE_CPU && p.device != GP_DEVICE_CUDA)
+        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: device %d is not GP_DEVICE_CPU or GP_DEVICE_CUDA",
+                            p.device);
     if (p.n_ctx == 0) p.n_ctx = c->n_ctx_train;
     if (p.n_threads == 0) p.n_threads = online_cpus();
     if (p.prefill_chunk == 0) p.prefill_chunk = 512;
@@ -85,6 +88,10 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
         return gp_set_error(GP_ERR_NOMEM, "gp_ctx_init: out of memory for scratch (prefill_chunk %d, n_ctx %d)",
                             p.prefill_chunk, p.n_ctx);
     }
+    if (p.device == GP_DEVICE_CUDA && (s = gp_cuda_ctx_init(x))) {
+        gp_ctx_free(x);
+        return s;
+    }
     *out = x;
     return GP_OK;
 }
@@ -102,6 +109,7 @@ void gp_ctx_free(gp_ctx *c) {
     free(c->gate);
     free(c->up);
     free(c->attn_scratch);
+    gp_cuda_ctx_free(c->cuda);
     gp_steer_state_clear(&c->steer);
     free(c);
 }
@@ -324,6 +332,7 @@ static gp_status check_file(const gp_st_set *st, const char *path, void *ud) {
 
 gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
     if (!c || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_save: bad arguments");
+    if (c->cuda) return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_cache_save: device cuda: cache files are CPU-only");
     load_check lc;
     snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
     snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));
@@ -337,6 +346,7 @@ gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
 
 gp_status gp_ctx_cache_load(gp_ctx *c, const char *path) {
     if (!c || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_load: bad arguments");
+    if (c->cuda) return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_cache_load: device cuda: cache files are CPU-only");
     load_check lc;
     snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
     snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));

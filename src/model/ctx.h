@@ -25,6 +25,7 @@ struct gp_ctx {
     int32_t scratch_stride;
     uint64_t scratch_bytes;
     gp_steer_state steer; /* residual hooks, logit-bias vector, forward step counter */
+    gp_cuda_ctx *cuda;    /* device KV cache and scratch (p.device == GP_DEVICE_CUDA), else NULL */
 };
 
 static inline gp_cache *gp_ctx_cache(const gp_ctx *c) { return c->caches[c->cur]; }

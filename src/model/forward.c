@@ -134,7 +134,9 @@ gp_status gp_ctx_eval(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_op
         float *lg = NULL;
         if (logits && all) lg = logits + (size_t)t0 * cfg->n_vocab;
         else if (logits && last) lg = logits;
-        forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all);
+        if (c->cuda) {
+            if ((s = gp_cuda_forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all))) return s;
+        } else forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all);
     }
     c->steer.step++;
     return GP_OK;

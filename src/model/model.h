@@ -7,6 +7,7 @@
 #include "io/safetensors.h"
 #include "kernels/backend.h"
 #include "model/config.h"
+#include "model/forward_cuda.h"
 
 #include <pthread.h>
 
@@ -44,8 +45,9 @@ struct gp_model {
     int32_t gen_bos;
     gp_gen_config gen;      /* transformers' defaults < generation_config.json (owns its arrays, gen._owned) */
     const gp_backend *be;
-    pthread_mutex_t fp_lock; /* guards the lazily computed fingerprint */
+    pthread_mutex_t fp_lock; /* guards the lazily computed fingerprint and the lazily uploaded device copy */
     uint64_t fingerprint;    /* hash of config.json + every tensor (0 = not computed yet) */
+    gp_cuda_model *cuda;     /* the weights on the GPU (first GP_DEVICE_CUDA context), else NULL */
 };
 
 /* The model a context runs (internal). */
