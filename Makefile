@@ -3,6 +3,8 @@
 #   make test       build and run the whole suite (ends with "N passed, N failed, N skipped")
 #   make asan       the unit suite once under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   make bench-tokenizer  tokenizer load time and encode/decode MB/s on the fixture tokenizers
+#   make bench-compare    genparity and llama.cpp side by side on the same weights (bench/compare.sh; needs
+#                         LLAMA_BENCH and LLAMA_CPP_DIR from a fetched llama.cpp, never committed)
 #   make demo       generate Shakespeare-like text from the embedded model
 #   make deps       install the Debian packages the build needs (as root), else print the apt-get line
 #   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90, cuBLAS) in build-cuda/
@@ -40,7 +42,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_OBJ  += $(CU_OBJ)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 
-.PHONY: all test asan demo deps clean bench bench-tokenizer header-check cuda test-cuda nvcc-check
+.PHONY: all test asan demo deps clean bench bench-compare bench-tokenizer header-check cuda test-cuda nvcc-check
 
 all: deps-check $(BUILD)/genparity $(BUILD)/libgenparity.a $(BUILD)/libgenparity.so
 
@@ -101,6 +103,9 @@ demo: all
 
 bench: all
 	sh bench/run.sh
+
+bench-compare: all
+	sh bench/compare.sh
 
 FIXTURES ?= ../shared/fixtures
 $(BUILD)/bench_tokenizer: bench/bench_tokenizer.c $(BUILD)/libgenparity.a

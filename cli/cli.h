@@ -1,10 +1,50 @@
-/* cli.h — the genparity command-line tool's subcommands (parsing and printing only; the work is the library's). */
+/* cli.h — the genparity command-line tool's subcommands (parsing and printing only; the work is the library's).
+ *
+ * The CLI uses the public genparity.h plus two privileged internal headers, included here only:
+ *   io/safetensors.h  reading and writing tensor files (steering vectors, reference logits, make-model), and
+ *   util/util.h       gp_read_file / gp_set_error (prompt files, messages in the library's style).
+ * Commands include only this header. */
 #ifndef GP_CLI_H
 #define GP_CLI_H
 
 #include "genparity.h"
+#include "io/safetensors.h"
+#include "util/util.h"
 
+#include <stdint.h>
 #include <stdio.h>
+
+/* One command: its name, a one-line summary (genparity --help), its usage line, and its entry point (argv[0] is the
+ * command's name; returns the exit code: 0 ok, 1 failure, 2 usage error).  The table ends with a NULL name. */
+typedef struct cli_command {
+    const char *name;
+    const char *summary;
+    const char *usage;
+    int (*run)(int argc, char **argv);
+} cli_command;
+extern const cli_command cli_commands[]; /* cli/commands.c: how to add a command is written there */
+
+/* "genparity <command>", the prefix of every message (set by main before running a command). */
+extern const char *cli_prog;
+
+/* The one checked number parser (cli/args.c).  cli_to_*: the whole string is one decimal number (no blanks, no
+ * trailing characters, no overflow, no NaN); 0 or -1.  cli_i32/i64/u64/f64: also the range [lo, hi]; on failure
+ * print "<prog>: <flag> expects ..., got '<v>'" and return -1 (the command exits 2). */
+int cli_to_i64(const char *v, int64_t *out);
+int cli_to_u64(const char *v, uint64_t *out);
+int cli_to_f64(const char *v, double *out);
+int cli_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out);
+int cli_i32(const char *flag, const char *v, int32_t lo, int32_t hi, int32_t *out);
+int cli_u64(const char *flag, const char *v, uint64_t *out);
+int cli_f64(const char *flag, const char *v, double lo, double hi, double *out);
+/* "1,2.5,-3" -> vals [*n <= cap] (finite numbers); -1 after printing a message naming the flag. */
+int cli_f64_list(const char *flag, const char *v, double *vals, int cap, int *n);
+/* The value of the flag argv[*i] (advances *i), or NULL after printing "<flag> needs a value". */
+const char *cli_value(int argc, char **argv, int *i);
+/* Prints "<prog>: <flag> is required[: what]" and returns 2. */
+int cli_missing(const char *flag, const char *what);
+/* Prints "<prog>: unknown flag <flag>" and returns 2. */
+int cli_unknown(const char *flag);
 
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -33,7 +73,6 @@ int cli_read_lines(const char *path, char ***lines);
 void cli_free_lines(char **lines, int n);
 
 /* Writes s as a JSON string literal (quotes and escapes) to f. */
-#include <stdio.h>
 void cli_json_string(FILE *f, const char *s, size_t len);
 
 /* Writes "<directory of the running executable>/<rel>" into buf; returns 0 if that path is readable, else -1. */

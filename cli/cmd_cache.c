@@ -1,7 +1,6 @@
 /* cmd_cache.c — `genparity cache build` (prefill a prompt and save its KV cache to a file) and `genparity cache
  * inspect` (print what a cache file holds). */
 #include "cli.h"
-#include "io/safetensors.h"
 
 #include <stdlib.h>
 #include <string.h>

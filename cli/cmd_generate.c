@@ -1,9 +1,10 @@
 /* cmd_generate.c — `genparity generate`: load a model, run a prompt, print text (streamed) or one JSON object with
  * prompt_ids, tokens, text, finish_reason, prompt_tokens_per_s, generation_tokens_per_s, peak_memory_bytes. */
 #include "cli.h"
-#include "util/util.h"
 
 #include <stdio.h>
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -75,8 +76,8 @@ typedef struct steer_flag {
 static int parse_num(const char *flag, const char *v, double *out) {
     char *end;
     double x = strtod(v, &end);
-    if (!*v || *end) {
-        fprintf(stderr, "genparity generate: %s expects a number, got '%s'\n", flag, v);
+    if (!*v || *end || !isfinite(x) || fabs(x) > FLT_MAX) { /* alphas become float32: NaN, inf and 1e300 refused */
+        fprintf(stderr, "genparity generate: %s expects a finite number, got '%s'\n", flag, v);
         return -1;
     }
     *out = x;

@@ -3,7 +3,6 @@
  * from the fixtures) so benchmarks run on real sizes without a download.  Weights are streamed to disk in chunks:
  * a multi-GB checkpoint is never held in memory. */
 #include "cli.h"
-#include "io/safetensors.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -124,8 +123,13 @@ static gp_status fill(void *user, int32_t i, uint64_t offset, void *buf, size_t 
 }
 
 static int copy_file(const char *src, const char *dst) {
-    FILE *a = fopen(src, "rb");
-    if (!a) return -1;
+    int fd;
+    if (gp_open_regular(src, &fd) != GP_OK) return -1; /* a FIFO in the source folder must not block */
+    FILE *a = fdopen(fd, "rb");
+    if (!a) {
+        close(fd);
+        return -1;
+    }
     FILE *b = fopen(dst, "wb");
     if (!b) {
         fclose(a);

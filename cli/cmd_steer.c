@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/safetensors.h"
-#include "util/util.h"
 
 static void help(FILE *f) {
     fprintf(f, "usage: genparity steer-vector --model DIR --positive FILE --negative FILE --layer L -o OUT.safetensors\n"

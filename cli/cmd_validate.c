@@ -3,8 +3,6 @@
  * divergence from the unsteered run, the rate of suspect lines (gp_text_suspect), and optionally the KL divergence
  * of the next-token distribution after each prompt against a reference logits file. */
 #include "cli.h"
-#include "io/safetensors.h"
-#include "util/util.h"
 
 #include <cJSON.h>
 #include <math.h>

@@ -8,10 +8,16 @@
  *   - Every fallible call returns a gp_status; GP_OK is 0.  On failure the message (naming the file and the
  *     field at fault) is kept thread-locally and read with gp_errmsg() until the next failing call on the thread.
  *   - Handles are opaque.  Every _init/_load has a _free; freeing NULL is a no-op.
+ *   - NULL handles (one rule for every function): a fallible call given a NULL handle, or a NULL pointer it needs,
+ *     returns GP_ERR_INVALID_ARG; a getter given a NULL handle returns a neutral value and never crashes: 0 for
+ *     counts and sizes, -1 for ids, NULL for pointers (gp_logits_kl: NAN); a void call on NULL does nothing.
  *   - Ownership is stated on each function: "borrowed" pointers stay owned by the handle and live as long as it;
  *     "caller frees" results are released with the named function.
- *   - gp_model is immutable after load and may be shared by any number of threads and contexts.
- *     gp_ctx (KV cache, scratch, hooks) belongs to one thread at a time.
+ *   - gp_model is immutable after load and may be shared by any number of threads and contexts, each thread
+ *     using its own gp_ctx; results do not depend on how many contexts run at once (checked under ThreadSanitizer
+ *     by `make tsan`).  gp_ctx (KV cache, scratch, hooks) belongs to one thread at a time.
+ *   - Files are opened without blocking: a FIFO, socket, device or directory given as a path is refused with
+ *     GP_ERR_IO before any read.
  *   - The library never exits, aborts or prints.
  *   - Enums are append-only; params structs come from gp_*_default_params() so new fields get defaults.
  *
@@ -98,12 +104,13 @@ gp_status gp_tokenizer_encode(const gp_tokenizer *tok, const char *text, size_t 
 
 /* Decodes ids into UTF-8 text like transformers' decode(ids, skip_special_tokens=skip_special).  Byte-level ids
  * that end mid-character decode to one U+FFFD at the end; an incomplete <0xNN> byte-fallback run becomes one U+FFFD
- * per byte (tokenizers' ByteFallback).  Returns GP_OK and *text (NUL-terminated, caller frees with gp_free) of
- * *len bytes, or GP_ERR_RANGE for an id outside [0, n_vocab). */
+ * per byte (tokenizers' ByteFallback).  Ids >= n_vocab (a model's padded vocab_size) decode to "" like tokenizers'
+ * decode.  Returns GP_OK and *text (NUL-terminated, caller frees with gp_free) of *len bytes, or GP_ERR_RANGE for a
+ * negative id. */
 gp_status gp_tokenizer_decode(const gp_tokenizer *tok, const int32_t *ids, int32_t n_ids, int skip_special,
                               char **text, size_t *len);
 
-/* Returns the number of ids (vocabulary plus added tokens). */
+/* Returns the number of ids (vocabulary plus added tokens); 0 for NULL. */
 int32_t gp_tokenizer_n_vocab(const gp_tokenizer *tok);
 
 /* Returns the id of a token string, or -1 if it is not in the vocabulary. */
@@ -133,11 +140,15 @@ gp_status gp_detok_init(const gp_tokenizer *tok, int skip_special, gp_detok **ou
 void gp_detok_free(gp_detok *d);
 
 /* Adds one id; *piece receives the newly final text (borrowed, valid until the next call on d, may be "").
- * Returns GP_OK, or GP_ERR_RANGE for an id outside [0, n_vocab). */
+ * Ids >= n_vocab add nothing (as in gp_tokenizer_decode).  Returns GP_OK, or GP_ERR_RANGE for a negative id. */
 gp_status gp_detok_push(gp_detok *d, int32_t id, const char **piece);
 
 /* Returns in *piece whatever text is still held back (borrowed, valid until the next call on d). */
 gp_status gp_detok_flush(gp_detok *d, const char **piece);
+
+/* Returns the length in bytes of the piece last returned by gp_detok_push / gp_detok_flush (a piece may hold NUL
+ * bytes, e.g. from a <0x00> byte token, so strlen can stop early); 0 for NULL. */
+size_t gp_detok_piece_len(const gp_detok *d);
 
 /* Frees memory returned by genparity with "caller frees with gp_free"; NULL is a no-op. */
 void gp_free(void *p);
@@ -276,7 +287,7 @@ gp_status gp_ctx_cache_fork(gp_ctx *c, const char *src, const char *dst);
 /* Deletes cache name (not the current one). Returns GP_OK, GP_ERR_MISSING or GP_ERR_STATE. */
 gp_status gp_ctx_cache_drop(gp_ctx *c, const char *name);
 
-/* Returns the current cache's name (borrowed). */
+/* Returns the current cache's name (borrowed); NULL for a NULL ctx. */
 const char *gp_ctx_cache_name(const gp_ctx *c);
 
 /* Saves the current cache to a safetensors file whose metadata describes it: model fingerprint (config + weights
@@ -475,7 +486,7 @@ gp_gen_config gp_model_gen_config(const gp_model *m);
 gp_status gp_gen_config_validate(const gp_gen_config *g, int32_t n_vocab);
 
 /* Returns KL(softmax(p) || softmax(q)) in nats for two logit vectors of n entries (computed in double; -inf
- * entries of p contribute nothing). */
+ * entries of p contribute nothing); 0 when n <= 0, NAN when p or q is NULL. */
 double gp_logits_kl(const float *p, const float *q, int32_t n);
 
 typedef enum gp_finish_reason {

@@ -348,14 +348,13 @@ done:
 
 /* Maps and validates path and appends its tensors to s (unsorted); on failure s is unchanged. */
 static gp_status st_add_file(gp_st_set *s, const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return gp_set_error(errno == ENOENT ? GP_ERR_MISSING : GP_ERR_IO, "%s: cannot open: %s", path,
-                            strerror(errno));
+    int fd;
+    gp_status os = gp_open_regular(path, &fd); /* never blocks on a FIFO */
+    if (os) return os;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         close(fd);
-        return gp_set_error(GP_ERR_IO, "%s: not a regular file", path);
+        return gp_set_error(GP_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     }
     uint64_t size = (uint64_t)sb.st_size;
     if (size < 8) {

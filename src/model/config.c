@@ -2,9 +2,10 @@
  * rope_parameters, possibly per layer type, dtype) into gp_config, filling the architecture descriptor from the
  * family's table and checking every size before anything is allocated from it. */
 #include "model/config.h"
+#include "io/json.h"
 #include "util/util.h"
 
-#include <cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,255 +35,234 @@ static const family *find_family(const char *arch) {
     return NULL;
 }
 
-/* Reads an integer field; absent or null → *out = def.  Returns GP_OK or GP_ERR_FORMAT. */
-static gp_status get_int(const char *path, const cJSON *o, const char *key, int64_t def, int64_t lo, int64_t hi,
-                         int64_t *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v)) {
-        *out = def;
-        return GP_OK;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
-        return gp_set_error(GP_ERR_FORMAT, "%s: field '%s' must be an integer", path, key);
-    if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
-        return gp_set_error(GP_ERR_FORMAT, "%s: field '%s' = %.0f is outside [%lld, %lld]", path, key, v->valuedouble,
-                            (long long)lo, (long long)hi);
-    *out = (int64_t)v->valuedouble;
-    return GP_OK;
-}
-
-static gp_status get_num(const char *path, const cJSON *o, const char *key, double def, double *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v)) {
-        *out = def;
-        return GP_OK;
-    }
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return gp_set_error(GP_ERR_FORMAT, "%s: field '%s' must be a finite number", path, key);
-    *out = v->valuedouble;
-    return GP_OK;
-}
-
-/* Reads a required positive integer. */
-static gp_status need_int(const char *path, const cJSON *o, const char *key, int64_t hi, int32_t *out) {
-    int64_t v;
-    gp_status s = get_int(path, o, key, -1, INT64_MIN / 2, INT64_MAX / 2, &v);
-    if (s) return s;
-    if (v == -1 && !cJSON_GetObjectItemCaseSensitive(o, key))
-        return gp_set_error(GP_ERR_MISSING, "%s: required field '%s' is missing", path, key);
-    if (v <= 0) return gp_set_error(GP_ERR_FORMAT, "%s: field '%s' = %lld must be positive", path, key, (long long)v);
-    if (v > hi)
-        return gp_set_error(GP_ERR_FORMAT, "%s: field '%s' = %lld is absurd (limit %lld)", path, key, (long long)v,
-                            (long long)hi);
-    *out = (int32_t)v;
-    return GP_OK;
-}
-
 /* Parses one rope parameter object (v5 rope_parameters entry or v4 rope_scaling) onto *r. */
-static gp_status parse_rope(const char *path, const char *field, const cJSON *o, gp_rope *r) {
-    if (!o || cJSON_IsNull(o)) return GP_OK;
-    if (!cJSON_IsObject(o)) return gp_set_error(GP_ERR_FORMAT, "%s: field '%s' must be an object", path, field);
-    gp_status s;
-    if ((s = get_num(path, o, "rope_theta", r->theta, &r->theta))) return s;
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "rope_type");
-    if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "type");
-    if (t && !cJSON_IsString(t))
-        return gp_set_error(GP_ERR_FORMAT, "%s: field '%s.rope_type' must be a string", path, field);
-    const char *ty = t ? t->valuestring : "default";
+static gp_status parse_rope(const gp_jobj *parent, const char *field, gp_rope *r) {
+    char pre[96];
+    gp_jobj o;
+    gp_status s = gp_json_obj(parent, field, &o, pre, sizeof pre);
+    if (s || !o.o) return s;
+    const double H = HUGE_VAL;
+    if ((s = gp_json_num(&o, "rope_theta", -H, H, &r->theta))) return s;
+    const char *ty = "default";
+    if ((s = gp_json_str(&o, gp_json_has(&o, "rope_type") ? "rope_type" : "type", &ty))) return s;
     if (!strcmp(ty, "default")) r->type = GP_ROPE_DEFAULT;
     else if (!strcmp(ty, "linear")) r->type = GP_ROPE_LINEAR;
     else if (!strcmp(ty, "llama3")) r->type = GP_ROPE_LLAMA3;
     else
-        return gp_set_error(GP_ERR_UNSUPPORTED, "%s: field '%s.rope_type' = '%s' is not supported (default, linear, llama3)",
-                            path, field, ty);
-    if ((s = get_num(path, o, "factor", 1.0, &r->factor))) return s;
-    if ((s = get_num(path, o, "low_freq_factor", 1.0, &r->low_freq_factor))) return s;
-    if ((s = get_num(path, o, "high_freq_factor", 4.0, &r->high_freq_factor))) return s;
-    if ((s = get_num(path, o, "original_max_position_embeddings", 8192, &r->orig_max_pos))) return s;
+        return gp_set_error(GP_ERR_UNSUPPORTED, "%s: field '%srope_type' = '%s' is not supported (default, linear, llama3)",
+                            o.path, pre, ty);
+    r->factor = 1.0;
+    r->low_freq_factor = 1.0;
+    r->high_freq_factor = 4.0;
+    r->orig_max_pos = 8192;
+    if ((s = gp_json_num(&o, "factor", -H, H, &r->factor))) return s;
+    if ((s = gp_json_num(&o, "low_freq_factor", -H, H, &r->low_freq_factor))) return s;
+    if ((s = gp_json_num(&o, "high_freq_factor", -H, H, &r->high_freq_factor))) return s;
+    if ((s = gp_json_num(&o, "original_max_position_embeddings", -H, H, &r->orig_max_pos))) return s;
     if (r->type != GP_ROPE_DEFAULT && !(r->factor > 0))
-        return gp_set_error(GP_ERR_FORMAT, "%s: field '%s.factor' must be positive", path, field);
+        return gp_set_error(GP_ERR_FORMAT, "%s: field '%sfactor' must be positive", o.path, pre);
     if (r->type == GP_ROPE_LLAMA3 && !(r->high_freq_factor > r->low_freq_factor && r->low_freq_factor > 0 &&
                                        r->orig_max_pos > 0))
-        return gp_set_error(GP_ERR_FORMAT, "%s: field '%s': llama3 needs 0 < low_freq_factor < high_freq_factor", path,
+        return gp_set_error(GP_ERR_FORMAT, "%s: field '%s': llama3 needs 0 < low_freq_factor < high_freq_factor", o.path,
                             field);
-    if (!(r->theta > 0)) return gp_set_error(GP_ERR_FORMAT, "%s: field '%s.rope_theta' must be positive", path, field);
+    if (!(r->theta > 0)) return gp_set_error(GP_ERR_FORMAT, "%s: field '%srope_theta' must be positive", o.path, pre);
     return GP_OK;
 }
 
-/* eos_token_id: an integer or a list of integers. */
-static gp_status parse_eos(const char *path, const cJSON *o, gp_config *c) {
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "eos_token_id");
-    c->n_eos = 0;
-    if (!e || cJSON_IsNull(e)) return GP_OK;
-    if (cJSON_IsNumber(e)) {
-        c->eos_ids[c->n_eos++] = (int32_t)e->valuedouble;
-        return GP_OK;
-    }
-    if (!cJSON_IsArray(e)) return gp_set_error(GP_ERR_FORMAT, "%s: field 'eos_token_id' must be an int or a list", path);
-    const cJSON *x;
-    cJSON_ArrayForEach(x, e) {
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0)
-            return gp_set_error(GP_ERR_FORMAT, "%s: field 'eos_token_id' holds a non-id", path);
-        if (c->n_eos == GP_MAX_EOS)
-            return gp_set_error(GP_ERR_UNSUPPORTED, "%s: field 'eos_token_id' has more than %d ids", path, GP_MAX_EOS);
-        c->eos_ids[c->n_eos++] = (int32_t)x->valuedouble;
-    }
-    return GP_OK;
-}
-
-static gp_status parse(const char *path, const cJSON *o, gp_config *c) {
-    gp_status s;
-    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(o, "architectures");
+/* architectures[0] and model_type. */
+static gp_status parse_family(const gp_jobj *o, gp_config *c, const family **fam) {
+    const cJSON *archs = gp_json_get(o, "architectures");
     const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
     if (!a0 || !cJSON_IsString(a0))
-        return gp_set_error(GP_ERR_MISSING, "%s: field 'architectures' is missing or not a list of strings", path);
+        return gp_set_error(GP_ERR_MISSING, "%s: field 'architectures' is missing or not a list of strings", o->path);
     snprintf(c->arch_name, sizeof c->arch_name, "%s", a0->valuestring);
-    const family *fam = find_family(a0->valuestring);
-    if (!fam)
+    *fam = find_family(a0->valuestring);
+    if (!*fam)
         return gp_set_error(GP_ERR_UNSUPPORTED,
                             "%s: field 'architectures': '%s' is not supported (LlamaForCausalLM, MistralForCausalLM, "
                             "Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)",
-                            path, a0->valuestring);
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
-    snprintf(c->model_type, sizeof c->model_type, "%s", cJSON_IsString(mt) ? mt->valuestring : "");
+                            o->path, a0->valuestring);
+    const char *mt = "";
+    gp_status s = gp_json_str(o, "model_type", &mt);
+    snprintf(c->model_type, sizeof c->model_type, "%s", mt);
+    return s;
+}
 
-    if ((s = need_int(path, o, "vocab_size", 1 << 24, &c->n_vocab))) return s;
-    if ((s = need_int(path, o, "hidden_size", 1 << 17, &c->n_embd))) return s;
-    if ((s = need_int(path, o, "num_hidden_layers", GP_MAX_LAYERS, &c->n_layers))) return s;
-    if ((s = need_int(path, o, "num_attention_heads", 4096, &c->n_heads))) return s;
-    if ((s = need_int(path, o, "intermediate_size", 1 << 20, &c->n_ff))) return s;
-    int64_t v;
-    if ((s = get_int(path, o, "num_key_value_heads", c->n_heads, 1, 4096, &v))) return s;
-    c->n_kv_heads = (int32_t)v;
+/* Sizes: every one checked against an absurdity limit before anything is allocated from it. */
+static gp_status parse_sizes(const gp_jobj *o, gp_config *c) {
+    gp_status s;
+    if ((s = gp_json_need_i32(o, "vocab_size", 1, 1 << 24, &c->n_vocab))) return s;
+    if ((s = gp_json_need_i32(o, "hidden_size", 1, 1 << 17, &c->n_embd))) return s;
+    if ((s = gp_json_need_i32(o, "num_hidden_layers", 1, GP_MAX_LAYERS, &c->n_layers))) return s;
+    if ((s = gp_json_need_i32(o, "num_attention_heads", 1, 4096, &c->n_heads))) return s;
+    if ((s = gp_json_need_i32(o, "intermediate_size", 1, 1 << 20, &c->n_ff))) return s;
+    c->n_kv_heads = c->n_heads;
+    if ((s = gp_json_i32(o, "num_key_value_heads", 1, 4096, &c->n_kv_heads))) return s;
     if (c->n_heads % c->n_kv_heads)
         return gp_set_error(GP_ERR_FORMAT, "%s: field 'num_key_value_heads' = %d does not divide num_attention_heads = %d",
-                            path, c->n_kv_heads, c->n_heads);
-    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(o, "head_dim");
-    if (hd && !cJSON_IsNull(hd)) {
-        if ((s = need_int(path, o, "head_dim", 1 << 14, &c->head_dim))) return s;
+                            o->path, c->n_kv_heads, c->n_heads);
+    if (gp_json_has(o, "head_dim")) {
+        if ((s = gp_json_i32(o, "head_dim", 1, 1 << 14, &c->head_dim))) return s;
     } else {
         if (c->n_embd % c->n_heads)
             return gp_set_error(GP_ERR_FORMAT, "%s: field 'hidden_size' = %d is not divisible by num_attention_heads = %d",
-                                path, c->n_embd, c->n_heads);
+                                o->path, c->n_embd, c->n_heads);
         c->head_dim = c->n_embd / c->n_heads;
     }
-    if (c->head_dim % 2) return gp_set_error(GP_ERR_FORMAT, "%s: field 'head_dim' = %d must be even", path, c->head_dim);
-    if ((s = get_int(path, o, "max_position_embeddings", 2048, 1, 1 << 24, &v))) return s;
-    c->n_ctx_train = (int32_t)v;
-    double eps;
-    if ((s = get_num(path, o, "rms_norm_eps", 1e-6, &eps))) return s;
-    if (!(eps > 0 && eps < 1)) return gp_set_error(GP_ERR_FORMAT, "%s: field 'rms_norm_eps' must be in (0, 1)", path);
+    if (c->head_dim % 2) return gp_set_error(GP_ERR_FORMAT, "%s: field 'head_dim' = %d must be even", o->path, c->head_dim);
+    c->n_ctx_train = 2048;
+    if ((s = gp_json_i32(o, "max_position_embeddings", 1, 1 << 24, &c->n_ctx_train))) return s;
+    double eps = 1e-6;
+    if ((s = gp_json_num(o, "rms_norm_eps", -HUGE_VAL, HUGE_VAL, &eps))) return s;
+    if (!(eps > 0 && eps < 1)) return gp_set_error(GP_ERR_FORMAT, "%s: field 'rms_norm_eps' must be in (0, 1)", o->path);
     c->norm_eps = (float)eps;
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(o, "tie_word_embeddings");
-    c->tie_word_embeddings = cJSON_IsBool(tie) ? cJSON_IsTrue(tie) : -1;
+    c->tie_word_embeddings = -1;
+    return gp_json_bool(o, "tie_word_embeddings", &c->tie_word_embeddings);
+}
 
-    /* architecture descriptor */
+/* A soft-cap: absent, null or 0 = none; else a positive number whose float32 is finite. */
+static gp_status parse_softcap(const gp_jobj *o, const char *key, float *out) {
+    double cap = 0;
+    gp_status s = gp_json_num(o, key, 0, FLT_MAX, &cap);
+    if (s) return s;
+    *out = (float)cap;
+    return GP_OK;
+}
+
+/* The architecture descriptor: the family's row, then what the config overrides. */
+static gp_status parse_arch(const gp_jobj *o, const family *fam, gp_config *c) {
     gp_arch *ar = &c->arch;
     ar->norm_plus_one = fam->norm_plus_one;
     ar->qk_norm = fam->qk_norm;
     ar->sandwich_norms = fam->sandwich_norms;
     ar->scale_embeddings = fam->scale_embeddings;
     ar->act = fam->act;
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_activation");
-    if (!act || cJSON_IsNull(act)) act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
-    if (act && cJSON_IsString(act)) {
-        const char *n = act->valuestring;
+    gp_status s;
+    const char *key = gp_json_has(o, "hidden_activation") ? "hidden_activation" : "hidden_act", *n = NULL;
+    if ((s = gp_json_str(o, key, &n))) return s;
+    if (n) {
         if (!strcmp(n, "silu") || !strcmp(n, "swish")) ar->act = GP_ACT_SILU;
         else if (!strcmp(n, "gelu_pytorch_tanh") || !strcmp(n, "gelu_tanh")) ar->act = GP_ACT_GELU_TANH;
-        else return gp_set_error(GP_ERR_UNSUPPORTED, "%s: field 'hidden_act' = '%s' is not supported", path, n);
+        else return gp_set_error(GP_ERR_UNSUPPORTED, "%s: field '%s' = '%s' is not supported", o->path, key, n);
     }
-    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(o, "attention_bias");
-    int attn_bias = cJSON_IsTrue(ab);
+    int attn_bias = 0, mlp_bias = 0;
+    if ((s = gp_json_bool(o, "attention_bias", &attn_bias))) return s;
+    if ((s = gp_json_bool(o, "mlp_bias", &mlp_bias))) return s;
     ar->qkv_bias = fam->qkv_bias || attn_bias;
     ar->o_bias = attn_bias;
-    ar->mlp_bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "mlp_bias"));
-    double cap;
-    if ((s = get_num(path, o, "attn_logit_softcapping", 0, &cap))) return s;
-    ar->attn_softcap = (float)cap;
-    if ((s = get_num(path, o, "final_logit_softcapping", 0, &cap))) return s;
-    ar->final_softcap = (float)cap;
-    double qpas;
-    if ((s = get_num(path, o, "query_pre_attn_scalar", 0, &qpas))) return s;
-    if (qpas < 0) return gp_set_error(GP_ERR_FORMAT, "%s: field 'query_pre_attn_scalar' must be positive", path);
+    ar->mlp_bias = mlp_bias;
+    if ((s = parse_softcap(o, "attn_logit_softcapping", &ar->attn_softcap))) return s;
+    if ((s = parse_softcap(o, "final_logit_softcapping", &ar->final_softcap))) return s;
+    double qpas = 0;
+    if ((s = gp_json_num(o, "query_pre_attn_scalar", -HUGE_VAL, HUGE_VAL, &qpas))) return s;
+    if (gp_json_has(o, "query_pre_attn_scalar") && !(qpas > 0))
+        return gp_set_error(GP_ERR_FORMAT, "%s: field 'query_pre_attn_scalar' = %g must be positive", o->path, qpas);
     ar->attn_scale = (float)pow(qpas > 0 ? qpas : (double)c->head_dim, -0.5);
+    if (!isfinite(ar->attn_scale) || !(ar->attn_scale > 0))
+        return gp_set_error(GP_ERR_FORMAT, "%s: field 'query_pre_attn_scalar' = %g makes the attention scale %g "
+                            "(not a finite positive float32)", o->path, qpas, (double)ar->attn_scale);
+    return GP_OK;
+}
 
-    /* rope: v4 rope_theta + rope_scaling (+ Gemma3's rope_local_base_freq); v5 rope_parameters, flat or per type */
-    double theta;
-    if ((s = get_num(path, o, "rope_theta", 10000.0, &theta))) return s;
+/* rope: v4 rope_theta + rope_scaling (+ Gemma3's rope_local_base_freq); v5 rope_parameters, flat or per type. */
+static gp_status parse_ropes(const gp_jobj *o, const family *fam, gp_config *c) {
+    double theta = 10000.0, local = 10000.0;
+    gp_status s;
+    if ((s = gp_json_num(o, "rope_theta", -HUGE_VAL, HUGE_VAL, &theta))) return s;
+    if (!(theta > 0)) return gp_set_error(GP_ERR_FORMAT, "%s: field 'rope_theta' = %g must be positive", o->path, theta);
+    if ((s = gp_json_num(o, "rope_local_base_freq", -HUGE_VAL, HUGE_VAL, &local))) return s;
+    if (!(local > 0))
+        return gp_set_error(GP_ERR_FORMAT, "%s: field 'rope_local_base_freq' = %g must be positive", o->path, local);
     c->rope_full = (gp_rope){GP_ROPE_DEFAULT, theta, 1, 1, 4, 8192};
-    double local;
-    if ((s = get_num(path, o, "rope_local_base_freq", 10000.0, &local))) return s;
     c->rope_sliding = (gp_rope){GP_ROPE_DEFAULT, fam->window_rule == 3 ? local : theta, 1, 1, 4, 8192};
-    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(o, "rope_parameters");
+    const cJSON *rp = gp_json_get(o, "rope_parameters");
     if (rp && cJSON_IsObject(rp)) {
-        const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
-        const cJSON *slid = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
-        if (full || slid) {
-            if ((s = parse_rope(path, "rope_parameters.full_attention", full, &c->rope_full))) return s;
-            if ((s = parse_rope(path, "rope_parameters.sliding_attention", slid, &c->rope_sliding))) return s;
-        } else {
-            if ((s = parse_rope(path, "rope_parameters", rp, &c->rope_full))) return s;
-            c->rope_sliding = c->rope_full;
+        char pre[64];
+        gp_jobj r;
+        gp_json_obj(o, "rope_parameters", &r, pre, sizeof pre);
+        if (gp_json_has(&r, "full_attention") || gp_json_has(&r, "sliding_attention")) {
+            if ((s = parse_rope(&r, "full_attention", &c->rope_full))) return s;
+            return parse_rope(&r, "sliding_attention", &c->rope_sliding);
         }
-    } else {
-        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
-        if ((s = parse_rope(path, "rope_scaling", rs, &c->rope_full))) return s;
-        if (fam->window_rule != 3) c->rope_sliding = c->rope_full; /* Gemma3 scales only global layers */
+        if ((s = parse_rope(o, "rope_parameters", &c->rope_full))) return s;
+        c->rope_sliding = c->rope_full;
+        return GP_OK;
     }
+    if ((s = parse_rope(o, "rope_scaling", &c->rope_full))) return s;
+    if (fam->window_rule != 3) c->rope_sliding = c->rope_full; /* Gemma3 scales only global layers */
+    return GP_OK;
+}
 
-    /* per-layer sliding windows */
+/* Per-layer sliding windows: layer_types when given, else the family's rule. */
+static gp_status parse_windows(const gp_jobj *o, const family *fam, gp_config *c) {
     c->window = gp_calloc((size_t)c->n_layers, sizeof *c->window);
     if (!c->window) return GP_ERR_NOMEM;
-    int64_t win;
-    if ((s = get_int(path, o, "sliding_window", 0, 0, INT32_MAX, &win))) return s;
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(o, "layer_types");
-    if (lt && !cJSON_IsNull(lt)) {
+    int32_t win = 0;
+    gp_status s;
+    if ((s = gp_json_i32(o, "sliding_window", 0, INT32_MAX, &win))) return s;
+    const cJSON *lt = gp_json_get(o, "layer_types");
+    if (lt) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
-            return gp_set_error(GP_ERR_FORMAT, "%s: field 'layer_types' must list num_hidden_layers = %d entries", path,
+            return gp_set_error(GP_ERR_FORMAT, "%s: field 'layer_types' must list num_hidden_layers = %d entries", o->path,
                                 c->n_layers);
         int i = 0;
         const cJSON *x;
         cJSON_ArrayForEach(x, lt) {
             if (!cJSON_IsString(x))
-                return gp_set_error(GP_ERR_FORMAT, "%s: field 'layer_types[%d]' must be a string", path, i);
+                return gp_set_error(GP_ERR_FORMAT, "%s: field 'layer_types[%d]' must be a string", o->path, i);
             if (!strcmp(x->valuestring, "sliding_attention")) {
                 if (win <= 0)
-                    return gp_set_error(GP_ERR_FORMAT, "%s: field 'sliding_window' must be set for sliding layers", path);
-                c->window[i] = (int32_t)win;
+                    return gp_set_error(GP_ERR_FORMAT, "%s: field 'sliding_window' must be set for sliding layers",
+                                        o->path);
+                c->window[i] = win;
             } else if (strcmp(x->valuestring, "full_attention"))
-                return gp_set_error(GP_ERR_UNSUPPORTED, "%s: field 'layer_types[%d]' = '%s' is not supported", path, i,
-                                    x->valuestring);
+                return gp_set_error(GP_ERR_UNSUPPORTED, "%s: field 'layer_types[%d]' = '%s' is not supported", o->path,
+                                    i, x->valuestring);
             i++;
         }
-    } else if (win > 0) {
-        int64_t pattern = 0, mwl = 0;
-        if ((s = get_int(path, o, "sliding_window_pattern", 6, 1, GP_MAX_LAYERS, &pattern))) return s;
-        if ((s = get_int(path, o, "max_window_layers", 0, 0, INT32_MAX, &mwl))) return s;
-        int use = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "use_sliding_window"));
-        for (int i = 0; i < c->n_layers; i++) {
-            int sliding = 0;
-            switch (fam->window_rule) {
-            case 1: sliding = 1; break;
-            case 2: sliding = (i + 1) % 2 != 0; break;
-            case 3: sliding = (i + 1) % pattern != 0; break;
-            case 4: sliding = use && i >= mwl; break;
-            }
-            c->window[i] = sliding ? (int32_t)win : 0;
-        }
+        return GP_OK;
     }
+    if (win <= 0) return GP_OK;
+    int32_t pattern = 6, mwl = 0;
+    int use = 0;
+    if ((s = gp_json_i32(o, "sliding_window_pattern", 1, GP_MAX_LAYERS, &pattern))) return s;
+    if ((s = gp_json_i32(o, "max_window_layers", 0, INT32_MAX, &mwl))) return s;
+    if ((s = gp_json_bool(o, "use_sliding_window", &use))) return s;
+    for (int i = 0; i < c->n_layers; i++) {
+        int sliding = 0;
+        switch (fam->window_rule) {
+        case 1: sliding = 1; break;
+        case 2: sliding = (i + 1) % 2 != 0; break;
+        case 3: sliding = (i + 1) % pattern != 0; break;
+        case 4: sliding = use && i >= mwl; break;
+        }
+        c->window[i] = sliding ? win : 0;
+    }
+    return GP_OK;
+}
 
-    if ((s = get_int(path, o, "bos_token_id", -1, -1, INT32_MAX, &v))) return s;
-    c->bos_id = (int32_t)v;
-    return parse_eos(path, o, c);
+static gp_status parse(const gp_jobj *o, gp_config *c) {
+    const family *fam = NULL;
+    gp_status s;
+    if ((s = parse_family(o, c, &fam))) return s;
+    if ((s = parse_sizes(o, c))) return s;
+    if ((s = parse_arch(o, fam, c))) return s;
+    if ((s = parse_ropes(o, fam, c))) return s;
+    if ((s = parse_windows(o, fam, c))) return s;
+    /* special ids: token ids of this vocabulary */
+    c->bos_id = -1;
+    c->n_eos = 0;
+    if ((s = gp_json_i32(o, "bos_token_id", 0, c->n_vocab - 1, &c->bos_id))) return s;
+    return gp_json_ids(o, "eos_token_id", c->n_vocab - 1, c->eos_ids, GP_MAX_EOS, &c->n_eos);
 }
 
 gp_status gp_config_parse(const char *path, const char *text, gp_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    cJSON *root = cJSON_Parse(text);
-    if (!root) return gp_set_error(GP_ERR_FORMAT, "%s: not valid JSON (near byte %ld)", path,
-                                   (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : 0));
-    gp_status s = cJSON_IsObject(root) ? parse(path, root, cfg)
-                                       : gp_set_error(GP_ERR_FORMAT, "%s: top level must be a JSON object", path);
+    cJSON *root;
+    gp_status s = gp_json_parse(path, text, text ? strlen(text) : 0, GP_JSON_CONFIG_TREE, GP_JSON_NO_DUP_KEYS, &root);
+    if (s) return s;
+    gp_jobj o = gp_jobj_root(path, root);
+    s = cJSON_IsObject(root) ? parse(&o, cfg) : gp_set_error(GP_ERR_FORMAT, "%s: top level must be a JSON object", path);
     cJSON_Delete(root);
     if (s) gp_config_free(cfg);
     return s;
@@ -291,7 +271,7 @@ gp_status gp_config_parse(const char *path, const char *text, gp_config *cfg) {
 gp_status gp_config_load(const char *path, gp_config *cfg) {
     char *text;
     memset(cfg, 0, sizeof *cfg);
-    gp_status s = gp_read_file(path, 16u << 20, &text, NULL);
+    gp_status s = gp_read_file(path, GP_JSON_CONFIG_BYTES, &text, NULL);
     if (s) return s;
     s = gp_config_parse(path, text, cfg);
     free(text);

@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -49,6 +50,9 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     if (p.device != GP_DEVICE_CPU && p.device != GP_DEVICE_CUDA)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: device %d is not GP_DEVICE_CPU or GP_DEVICE_CUDA",
                             p.device);
+    if (p.keep > 0 && p.max_kv_size == 0)
+        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: keep = %d needs a rotating cache (max_kv_size > 0)",
+                            p.keep);
     if (p.n_ctx == 0) p.n_ctx = c->n_ctx_train;
     if (p.n_threads == 0) p.n_threads = online_cpus();
     if (p.prefill_chunk == 0) p.prefill_chunk = 512;
@@ -115,13 +119,18 @@ void gp_ctx_free(gp_ctx *c) {
 }
 
 void gp_ctx_reset(gp_ctx *c) {
+    if (!c) return;
     gp_ctx_cache(c)->n_past = 0;
     c->steer.step = 0;
 }
 
-int32_t gp_ctx_n_past(const gp_ctx *c) { return gp_ctx_cache(c)->n_past; }
+int32_t gp_ctx_n_past(const gp_ctx *c) { return c ? gp_ctx_cache(c)->n_past : 0; }
 
 const int32_t *gp_ctx_tokens(const gp_ctx *c, int32_t *n) {
+    if (!c) {
+        if (n) *n = 0;
+        return NULL;
+    }
     const gp_cache *kc = gp_ctx_cache(c);
     if (n) *n = kc->n_past;
     return kc->ids;
@@ -129,7 +138,7 @@ const int32_t *gp_ctx_tokens(const gp_ctx *c, int32_t *n) {
 
 uint64_t gp_ctx_kv_bytes(const gp_ctx *c) {
     uint64_t b = 0;
-    for (int32_t i = 0; i < c->n_caches; i++) b += gp_cache_bytes(c->caches[i]);
+    for (int32_t i = 0; c && i < c->n_caches; i++) b += gp_cache_bytes(c->caches[i]);
     return b;
 }
 
@@ -172,7 +181,10 @@ gp_status gp_ctx_reserve(gp_ctx *c, int32_t n_total) {
     return s;
 }
 
-gp_status gp_ctx_trim(gp_ctx *c, int32_t n) { return gp_cache_trim(gp_ctx_cache(c), n); }
+gp_status gp_ctx_trim(gp_ctx *c, int32_t n) {
+    if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_trim: ctx is NULL");
+    return gp_cache_trim(gp_ctx_cache(c), n);
+}
 
 gp_status gp_ctx_prefill(gp_ctx *c, const int32_t *ids, int32_t n, float *logits, int32_t *n_reused) {
     if (!c || !ids || n <= 0) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_prefill: ids and n > 0 are required");
@@ -206,6 +218,7 @@ static gp_status check_name(const char *name) {
 }
 
 gp_status gp_ctx_cache_select(gp_ctx *c, const char *name) {
+    if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_select: ctx is NULL");
     gp_status s = check_name(name);
     if (s) return s;
     int32_t i = find_cache(c, name);
@@ -223,6 +236,7 @@ gp_status gp_ctx_cache_select(gp_ctx *c, const char *name) {
 }
 
 gp_status gp_ctx_cache_fork(gp_ctx *c, const char *src, const char *dst) {
+    if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_fork: ctx is NULL");
     gp_status s = check_name(dst);
     if (s) return s;
     int32_t i = src ? find_cache(c, src) : -1;
@@ -235,6 +249,7 @@ gp_status gp_ctx_cache_fork(gp_ctx *c, const char *src, const char *dst) {
 }
 
 gp_status gp_ctx_cache_drop(gp_ctx *c, const char *name) {
+    if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_drop: ctx is NULL");
     int32_t i = name ? find_cache(c, name) : -1;
     if (i < 0) return gp_set_error(GP_ERR_MISSING, "gp_ctx_cache_drop: no cache named '%s'", name ? name : "(null)");
     if (i == c->cur) return gp_set_error(GP_ERR_STATE, "gp_ctx_cache_drop: '%s' is the current cache", name);
@@ -245,7 +260,7 @@ gp_status gp_ctx_cache_drop(gp_ctx *c, const char *name) {
     return GP_OK;
 }
 
-const char *gp_ctx_cache_name(const gp_ctx *c) { return gp_ctx_cache(c)->name; }
+const char *gp_ctx_cache_name(const gp_ctx *c) { return c ? gp_ctx_cache(c)->name : NULL; }
 
 /* ---- cache files ---- */
 
@@ -387,6 +402,10 @@ gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha) 
     free(c->steer.bias);
     c->steer.bias = NULL;
     if (!vector) return GP_OK;
+    if (!isfinite(alpha)) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_logit_bias_vector: alpha must be finite");
+    for (int32_t i = 0; i < c->m->cfg.n_embd; i++)
+        if (!isfinite(vector[i]))
+            return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_logit_bias_vector: vector entry %d is not finite", (int)i);
     const int32_t V = c->m->cfg.n_vocab;
     float *b = gp_malloc((size_t)V, sizeof(float));
     if (!b) return GP_ERR_NOMEM;
@@ -399,5 +418,5 @@ gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha) 
 
 /* ---- internal accessors ---- */
 
-const gp_model *gp_ctx_model(const gp_ctx *c) { return c->m; }
+const gp_model *gp_ctx_model(const gp_ctx *c) { return c ? c->m : NULL; }
 int32_t gp_ctx_layer_cap(const gp_ctx *c, int32_t l) { return gp_ctx_cache(c)->L[l].cap; }

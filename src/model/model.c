@@ -2,10 +2,9 @@
  * tensor the architecture needs (checking name, dtype and shape), loads the tokenizer.  All or nothing: on any
  * error everything is released and the message names the file and the field or tensor. */
 #include "model/model.h"
-#include "sample/sample.h"
+#include "model/gen_config.h"
 #include "util/util.h"
 
-#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +88,7 @@ static gp_status bind_layer(gp_model *m, int i) {
 }
 
 /* transformers' defaults < generation_config.json (parsed once, with its EOS ids overriding config.json's) and the
- * BOS id (generation_config.json, else config.json). */
+ * BOS id (generation_config.json, else config.json); every id is checked against the vocabulary. */
 static gp_status read_generation_config(gp_model *m) {
     m->gen = gp_gen_config_default();
     m->gen.n_eos = m->cfg.n_eos;
@@ -102,16 +101,7 @@ static gp_status read_generation_config(gp_model *m) {
         return GP_OK;
     }
     m->gen_config_path = path;
-    gp_status s = gp_gen_config_apply_json(&m->gen, path);
-    if (s) return s;
-    char *text;
-    if ((s = gp_read_file(path, 1u << 20, &text, NULL))) return s;
-    cJSON *root = cJSON_Parse(text); /* valid: apply_json accepted it */
-    free(text);
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
-    if (cJSON_IsNumber(b)) m->gen_bos = (int32_t)b->valuedouble;
-    cJSON_Delete(root);
-    return GP_OK;
+    return gp_gen_config_load_json(&m->gen, path, m->cfg.n_vocab, &m->gen_bos);
 }
 
 static void progress(const gp_model_params *p, float f) {
@@ -194,14 +184,15 @@ void gp_model_free(gp_model *m) {
     free(m);
 }
 
-const char *gp_model_arch(const gp_model *m) { return m->cfg.arch_name; }
-int32_t gp_model_n_vocab(const gp_model *m) { return m->cfg.n_vocab; }
-int32_t gp_model_n_layers(const gp_model *m) { return m->cfg.n_layers; }
-int32_t gp_model_n_embd(const gp_model *m) { return m->cfg.n_embd; }
-int32_t gp_model_n_ctx_train(const gp_model *m) { return m->cfg.n_ctx_train; }
-int32_t gp_model_bos_id(const gp_model *m) { return m->gen_bos; }
-const gp_tokenizer *gp_model_tokenizer(const gp_model *m) { return m->tok; }
-uint64_t gp_model_weight_bytes(const gp_model *m) { return gp_st_total_bytes(m->st); }
+/* getters: a NULL model gives the neutral value (NULL, 0, -1) stated in genparity.h */
+const char *gp_model_arch(const gp_model *m) { return m ? m->cfg.arch_name : NULL; }
+int32_t gp_model_n_vocab(const gp_model *m) { return m ? m->cfg.n_vocab : 0; }
+int32_t gp_model_n_layers(const gp_model *m) { return m ? m->cfg.n_layers : 0; }
+int32_t gp_model_n_embd(const gp_model *m) { return m ? m->cfg.n_embd : 0; }
+int32_t gp_model_n_ctx_train(const gp_model *m) { return m ? m->cfg.n_ctx_train : 0; }
+int32_t gp_model_bos_id(const gp_model *m) { return m ? m->gen_bos : -1; }
+const gp_tokenizer *gp_model_tokenizer(const gp_model *m) { return m ? m->tok : NULL; }
+uint64_t gp_model_weight_bytes(const gp_model *m) { return m ? gp_st_total_bytes(m->st) : 0; }
 
 /* Bytes of one bound weight (0 when absent). */
 static uint64_t wt_bytes(const gp_wt *w) {
@@ -209,6 +200,7 @@ static uint64_t wt_bytes(const gp_wt *w) {
 }
 
 uint64_t gp_model_decode_bytes(const gp_model *m) {
+    if (!m) return 0;
     const gp_wt *e = &m->tok_embd;
     uint64_t b = wt_bytes(&m->out_norm) + wt_bytes(&m->lm_head) + (uint64_t)e->cols * gp_dtype_size(e->dtype);
     for (int32_t l = 0; l < m->cfg.n_layers; l++) {
@@ -222,6 +214,7 @@ uint64_t gp_model_decode_bytes(const gp_model *m) {
 }
 
 int32_t gp_model_eos_ids(const gp_model *m, int32_t *ids, int32_t cap) {
-    for (int32_t i = 0; i < m->gen.n_eos && i < cap; i++) ids[i] = m->gen.eos_ids[i];
+    if (!m) return 0;
+    for (int32_t i = 0; ids && i < m->gen.n_eos && i < cap; i++) ids[i] = m->gen.eos_ids[i];
     return m->gen.n_eos;
 }

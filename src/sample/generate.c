@@ -39,6 +39,7 @@ gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const 
                       gp_token_cb on_token, void *user_data, gp_gen_result *result) {
     if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: context is NULL");
     if (!cfg) return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: cfg is NULL");
+    if (!result) return gp_set_error(GP_ERR_INVALID_ARG, "gp_generate: result is NULL");
     const gp_model *m = gp_ctx_model(c);
     ctx_engine ce = {c, NULL, 1};
     gp_gen_engine e = {0};

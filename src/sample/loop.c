@@ -168,8 +168,9 @@ gp_status gp_gen_run(const gp_gen_engine *e, const int32_t *prompt, int32_t n_pr
         } else if (cfg->do_sample) {
             tok = gp_sample_multinomial(st.scores, V, u, st.ws.f0);
             if (tok < 0) {
-                ret = gp_set_error(GP_ERR_STATE, "gp_generate: step %d: every token is masked (no probability left)",
-                                   (int)n_new);
+                char why[256];
+                gp_scores_diagnose(st.scores, V, why, sizeof why);
+                ret = gp_set_error(GP_ERR_STATE, "gp_generate: step %d: nothing to sample: %s", (int)n_new, why);
                 break;
             }
         } else tok = gp_argmax_f32(st.scores, V);

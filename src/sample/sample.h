@@ -1,11 +1,12 @@
 /* sample.h — internal API of src/sample/: one function per transformers logits processor / warper (in the order of
  * transformers' _get_logits_processor), the non-transformers extras, float32 softmax helpers that follow torch's CPU
  * kernels, the seeded generator, the token pickers, stop strings, the generation loop over an abstract engine, and
- * generation_config.json parsing. */
+ * generation_config.json parsing (declared in model/gen_config.h, below this layer). */
 #ifndef GP_SAMPLE_H
 #define GP_SAMPLE_H
 
 #include "genparity.h"
+#include "model/gen_config.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -127,6 +128,8 @@ int32_t gp_sample_multinomial(const float *scores, int32_t n, double u, float *p
 
 /* Fills top [k] with the k largest of logp [n] (descending; ties: lower id first). */
 void gp_top_n(const float *logp, int32_t n, int32_t k, gp_top_logprob *top);
+/* Writes why scores [n] leave nothing to sample (NaN / +inf entries, or all -inf) into buf [cap]. */
+void gp_scores_diagnose(const float *scores, int32_t n, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* Stop strings over the generated text                                                                              */
@@ -157,18 +160,5 @@ typedef struct gp_gen_engine {
 
 gp_status gp_gen_run(const gp_gen_engine *e, const int32_t *prompt, int32_t n_prompt, const gp_gen_config *cfg,
                      gp_token_cb on_token, void *user_data, gp_gen_result *result);
-
-/* ---------------------------------------------------------------------------------------------------------------- */
-/* generation_config.json                                                                                            */
-/* ---------------------------------------------------------------------------------------------------------------- */
-/* Applies a generation_config.json file onto g (only the fields present; null means "leave as is").  Arrays parsed
- * from it (bad_words_ids, sequence_bias, suppress_tokens, begin_suppress_tokens, stop_strings) live in storage
- * owned through g->_owned; release it with gp_gen_config_free_owned on the one config that owns it (the model's).
- * Errors name the file and the field. */
-gp_status gp_gen_config_apply_json(gp_gen_config *g, const char *path);
-/* Same, from a JSON text (path used in messages only). */
-gp_status gp_gen_config_apply_json_text(gp_gen_config *g, const char *json, const char *path);
-/* Frees storage owned by g (g->_owned) and clears the pointers into it. */
-void gp_gen_config_free_owned(gp_gen_config *g);
 
 #endif

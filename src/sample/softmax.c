@@ -72,6 +72,8 @@ void gp_sort_idx_asc(const float *key, int32_t *idx, int32_t *tmp, int32_t n) {
 }
 
 double gp_logits_kl(const float *a, const float *b, int32_t n) {
+    if (n <= 0) return 0.0;
+    if (!a || !b) return NAN;
     double ma = -INFINITY, mb = -INFINITY, za = 0, zb = 0, kl = 0;
     for (int32_t i = 0; i < n; i++) {
         ma = a[i] > ma ? a[i] : ma;

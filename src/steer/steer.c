@@ -4,6 +4,8 @@
 #include "io/safetensors.h"
 #include "util/util.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +45,12 @@ gp_status gp_steer_state_add(gp_steer_state *st, const gp_steer_hook *hook, int3
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_steer_add: the callback schedule needs fn");
     if ((unsigned)hook->schedule > GP_STEER_CALLBACK)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_steer_add: unknown schedule %d", (int)hook->schedule);
+    if (hook->schedule != GP_STEER_CALLBACK && !isfinite(hook->alpha))
+        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_steer_add: alpha is %s; it must be finite",
+                            isnan(hook->alpha) ? "NaN" : "infinite");
+    for (int32_t i = 0; i < E; i++)
+        if (!isfinite(hook->vector[i]))
+            return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_steer_add: vector entry %d is not finite", (int)i);
     if (st->n_hooks == st->cap_hooks) {
         int32_t cap = st->cap_hooks ? 2 * st->cap_hooks : 4;
         gp_steer_active *h = gp_realloc(st->hooks, (size_t)cap, sizeof *h);
@@ -78,6 +86,23 @@ static int ends_with(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* double -> float without undefined behaviour: values outside float's range become +-inf (then refused). */
+static float f64_to_f32(double d) {
+    if (d != d) return NAN;
+    if (d > FLT_MAX) return INFINITY;
+    if (d < -FLT_MAX) return -INFINITY;
+    return (float)d;
+}
+
+/* Refuses NaN and infinite entries: they would poison every logit of every later position. */
+static gp_status check_finite(const char *path, const float *v, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return gp_set_error(GP_ERR_FORMAT, "%s: entry %d of the steering vector is %s (after conversion to "
+                                "float32); steering vectors must be finite", path, (int)i, isnan(v[i]) ? "NaN" : "infinite");
+    return GP_OK;
+}
+
 static gp_status load_safetensors(const char *path, const char *tensor, float **vec, int32_t *n) {
     gp_st_set *st;
     gp_status s = gp_st_open_file(path, &st);
@@ -92,15 +117,19 @@ static gp_status load_safetensors(const char *path, const char *tensor, float **
         gp_st_close(st);
         return s;
     }
+    /* the error is formatted before gp_st_close: t->name lives in the closed set */
     int rows1 = t->ndim == 1 || (t->ndim == 2 && t->shape[0] == 1);
     if (!rows1 || t->n_elems == 0 || t->n_elems > (1u << 24)) {
+        s = gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s' must be a vector [n] or [1, n] of at most 2^24 values",
+                         path, t->name);
         gp_st_close(st);
-        return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s' must be a vector [n] or [1, n]", path, t->name);
+        return s;
     }
     if (t->dtype != GP_DTYPE_F32 && t->dtype != GP_DTYPE_BF16 && t->dtype != GP_DTYPE_F16 && t->dtype != GP_DTYPE_F64) {
+        s = gp_set_error(GP_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not a float type", path, t->name,
+                         gp_dtype_name(t->dtype));
         gp_st_close(st);
-        return gp_set_error(GP_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not a float type", path, t->name,
-                            gp_dtype_name(t->dtype));
+        return s;
     }
     float *v = gp_malloc((size_t)t->n_elems, sizeof(float));
     if (!v) {
@@ -113,7 +142,7 @@ static gp_status load_safetensors(const char *path, const char *tensor, float **
         case GP_DTYPE_F64: {
             double d;
             memcpy(&d, (const char *)t->data + 8 * i, 8);
-            v[i] = (float)d;
+            v[i] = f64_to_f32(d);
             break;
         }
         case GP_DTYPE_BF16: v[i] = gp_bf16_to_f32(((const uint16_t *)t->data)[i]); break;
@@ -125,6 +154,10 @@ static gp_status load_safetensors(const char *path, const char *tensor, float **
     gp_st_close(st);
     return GP_OK;
 }
+
+#define NPY_MAX_HEADER (1 << 20)
+
+static gp_status npy_parse(const char *path, const char *hdr, const char *d, size_t dlen, float **vec, int32_t *n);
 
 /* NumPy .npy v1/v2/v3: magic, version, header length, a Python dict literal header, then the data. */
 static gp_status load_npy(const char *path, const char *data, size_t len, float **vec, int32_t *n) {
@@ -141,10 +174,20 @@ static gp_status load_npy(const char *path, const char *data, size_t len, float 
         off = 12;
     } else return gp_set_error(GP_ERR_UNSUPPORTED, "%s: .npy version %d is not supported", path, data[6]);
     if (hl > len - off) return gp_set_error(GP_ERR_FORMAT, "%s: .npy header length past the end of the file", path);
-    char hdr[1024];
-    size_t k = hl < sizeof hdr - 1 ? hl : sizeof hdr - 1;
-    memcpy(hdr, data + off, k);
-    hdr[k] = 0;
+    if (hl > NPY_MAX_HEADER)
+        return gp_set_error(GP_ERR_FORMAT, "%s: .npy header of %zu bytes is over the limit of %d", path, hl,
+                            NPY_MAX_HEADER);
+    char *hdr = gp_malloc(hl + 1, 1); /* v2/v3 headers may exceed 64 KiB in principle; numpy pads them freely */
+    if (!hdr) return GP_ERR_NOMEM;
+    memcpy(hdr, data + off, hl);
+    hdr[hl] = 0;
+    gp_status s = npy_parse(path, hdr, data + off + hl, len - off - hl, vec, n);
+    free(hdr);
+    return s;
+}
+
+/* Parses a .npy header dict (NUL-terminated) and converts the data that follows it. */
+static gp_status npy_parse(const char *path, const char *hdr, const char *d, size_t dlen, float **vec, int32_t *n) {
     int f64;
     if (strstr(hdr, "'<f4'")) f64 = 0;
     else if (strstr(hdr, "'<f8'")) f64 = 1;
@@ -171,21 +214,31 @@ static gp_status load_npy(const char *path, const char *data, size_t len, float 
     if (count <= 0 || count > (1L << 24))
         return gp_set_error(GP_ERR_FORMAT, "%s: field 'shape' must be (n,) or (1, n)", path);
     size_t es = f64 ? 8 : 4;
-    if ((len - off - hl) / es < (size_t)count)
+    if (dlen / es < (size_t)count)
         return gp_set_error(GP_ERR_FORMAT, "%s: .npy data shorter than its shape says", path);
     float *v = gp_malloc((size_t)count, sizeof(float));
     if (!v) return GP_ERR_NOMEM;
-    const char *d = data + off + hl;
     for (long i = 0; i < count; i++) {
         if (f64) {
             double x;
             memcpy(&x, d + 8 * i, 8);
-            v[i] = (float)x;
+            v[i] = f64_to_f32(x);
         } else memcpy(&v[i], d + 4 * i, 4);
     }
     *vec = v;
     *n = (int32_t)count;
     return GP_OK;
+}
+
+/* On a non-finite entry: frees the vector and fails. */
+static gp_status finish_vector(const char *spec, float **vec, int32_t *n) {
+    gp_status s = check_finite(spec, *vec, *n);
+    if (s) {
+        free(*vec);
+        *vec = NULL;
+        *n = 0;
+    }
+    return s;
 }
 
 gp_status gp_steer_vector_load(const char *spec, float **vec, int32_t *n) {
@@ -205,7 +258,7 @@ gp_status gp_steer_vector_load(const char *spec, float **vec, int32_t *n) {
         }
         gp_status s = load_safetensors(path, tensor, vec, n);
         free(path);
-        return s;
+        return s ? s : finish_vector(spec, vec, n);
     }
     char *data;
     size_t len;
@@ -223,5 +276,5 @@ gp_status gp_steer_vector_load(const char *spec, float **vec, int32_t *n) {
         }
     }
     free(data);
-    return s;
+    return s ? s : finish_vector(spec, vec, n);
 }

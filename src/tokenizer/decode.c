@@ -264,12 +264,13 @@ gp_status tk_decode(const gp_tokenizer *tok, const int32_t *ids, size_t n, int s
     gp_status st = GP_OK;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
-        if (id < 0 || id >= tok->n_vocab) {
-            st = gp_set_error(GP_ERR_RANGE, "decode: id %d at position %zu is outside the vocabulary [0, %d)", id, i,
-                              tok->n_vocab);
+        if (id < 0) {
+            st = gp_set_error(GP_ERR_RANGE, "decode: id %d at position %zu is negative", id, i);
             goto done;
         }
-        if (!tok->id_str[id]) continue; /* an id no token maps to is skipped, like tokenizers' decode */
+        /* an id past the tokenizer (a model's padded vocab_size) or one no token maps to is skipped, like
+         * tokenizers' decode (id_to_token is None): transformers decodes it as "" */
+        if (id >= tok->n_vocab || !tok->id_str[id]) continue;
         if (skip_special && tok->is_special[id]) continue;
         if (tk_list_push(&a, tok->id_str[id], tok->id_len[id], 0)) { st = GP_ERR_NOMEM; goto done; }
     }
@@ -290,9 +291,10 @@ gp_status tk_decode(const gp_tokenizer *tok, const int32_t *ids, size_t n, int s
             a = b;
             b = t;
         }
+        if (rc) st = c.sc_ready ? tk_fail_status(&c.sc) : GP_ERR_NOMEM;
         free(c.work.p);
         if (c.sc_ready) tk_scratch_free(&c.sc);
-        if (rc) { st = GP_ERR_NOMEM; goto done; }
+        if (rc) goto done;
         for (size_t i = 0; i < a.n; i++)
             if (tk_buf_put(out, tk_list_str(&a, i), a.slen[i])) { st = GP_ERR_NOMEM; goto done; }
     }

@@ -327,15 +327,28 @@ int tk_regex_next(const tk_regex *re, tk_scratch *sc, const char *s, size_t n, s
         return 1;
     }
     if (from > n) return 0;
+    if (from == 0 || s != sc->ck_s || n != sc->ck_n) {
+        sc->ck_s = NULL;
+        if (!tk_utf8_is_valid(s, n)) {
+            sc->err = gp_set_error(GP_ERR_FORMAT, "regex match: the subject (%zu bytes) is not valid UTF-8", n);
+            return -1;
+        }
+        sc->ck_s = s;
+        sc->ck_n = n;
+    }
     int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK, sc->md, sc->mctx);
     if (rc == PCRE2_ERROR_NOMATCH) return 0;
     if (rc < 0) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(rc, msg, sizeof msg);
-        gp_set_error(GP_ERR_RANGE, "regex match failed: %s", (char *)msg);
+        sc->err = gp_set_error(GP_ERR_UNSUPPORTED, "regex match failed: %s", (char *)msg);
         return -1;
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(sc->md);
+    if (ov[0] > ov[1] || ov[1] > n) { /* \K in a lookaround can end a match before its start */
+        sc->err = gp_set_error(GP_ERR_UNSUPPORTED, "regex match: a match ends before it starts (\\K in a lookaround?)");
+        return -1;
+    }
     *ms = ov[0];
     *me = ov[1];
     return 1;

@@ -91,12 +91,20 @@ typedef struct tk_scratch {
     pcre2_match_data *md;
     pcre2_match_context *mctx;
     pcre2_jit_stack *jit;
+    const char *ck_s;  /* the subject last checked as valid UTF-8 (PCRE2_NO_UTF_CHECK is passed only for it) */
+    size_t ck_n;
+    gp_status err;     /* the status of the last failed match (GP_OK: failures were allocation failures) */
 } tk_scratch;
+
+/* The status to return after a -1 from a function that matched with sc: a regex failure, else out of memory. */
+static inline gp_status tk_fail_status(const tk_scratch *sc) { return sc->err ? sc->err : GP_ERR_NOMEM; }
 
 /* Compiles a tokenizer.json pattern object {"String": s} or {"Regex": r}. what names the field for errors. */
 gp_status tk_regex_from_json(tk_regex *re, const void *cjson_pattern, const char *path, const char *what);
 void tk_regex_free(tk_regex *re);
-/* Finds the next match in s[0..n) starting at from; returns 1 and [*ms, *me) or 0 when none, -1 on error. */
+/* Finds the next match in s[0..n) starting at from; returns 1 and [*ms, *me) or 0 when none, -1 on error (message
+ * set).  The subject is checked as UTF-8 once per subject (on from == 0 or a new s/n): invalid bytes are an error,
+ * never passed to PCRE2 unchecked. */
 int tk_regex_next(const tk_regex *re, tk_scratch *sc, const char *s, size_t n, size_t from, size_t *ms,
                   size_t *me);
 int tk_scratch_init(tk_scratch *sc);

@@ -13,6 +13,27 @@
 
 /* ---- loading helpers ---------------------------------------------------------------------------------------- */
 
+/* Every key and string value of the tree must be valid UTF-8 (cJSON does not check, tokenizers' serde does): added
+ * tokens, vocabulary keys, normalizer and decoder strings are later matched and split as UTF-8 characters.  at
+ * holds the JSON path of j (at[len] is where children append). */
+static gp_status check_utf8_tree(const cJSON *j, const char *path, char *at, size_t len, size_t cap) {
+    if (j->string && !tk_utf8_is_valid(j->string, strlen(j->string)))
+        return gp_set_error(GP_ERR_FORMAT, "%s: field '%s': a key is not valid UTF-8", path, len ? at : "(root)");
+    if (cJSON_IsString(j) && j->valuestring && !tk_utf8_is_valid(j->valuestring, strlen(j->valuestring)))
+        return gp_set_error(GP_ERR_FORMAT, "%s: field '%s': the string is not valid UTF-8", path, len ? at : "(root)");
+    int i = 0;
+    for (const cJSON *c = j->child; c; c = c->next, i++) {
+        int k = c->string && tk_utf8_is_valid(c->string, strlen(c->string))
+                    ? snprintf(at + len, cap - len, "%s%s", len ? "." : "", c->string)
+                    : snprintf(at + len, cap - len, "[%d]", i);
+        size_t nl = k < 0 ? len : len + (size_t)k < cap ? len + (size_t)k : cap - 1;
+        gp_status s = check_utf8_tree(c, path, at, nl, cap);
+        at[len] = 0;
+        if (s) return s;
+    }
+    return GP_OK;
+}
+
 static gp_status parse_json_file(const char *path, cJSON **out) {
     char *data;
     size_t len;
@@ -28,6 +49,12 @@ static gp_status parse_json_file(const char *path, cJSON **out) {
                             at + 1 >= len ? ", the file looks truncated" : "");
     }
     free(data);
+    char at[256] = "";
+    gp_status us = check_utf8_tree(j, path, at, 0, sizeof at);
+    if (us) {
+        cJSON_Delete(j);
+        return us;
+    }
     *out = j;
     return GP_OK;
 }
@@ -342,13 +369,19 @@ static gp_status load_post(gp_tokenizer *t, const cJSON *pp, const char *path, c
         if (!cJSON_IsArray(cls) || !cJSON_IsArray(sep) || !cJSON_IsNumber(cJSON_GetArrayItem(cls, 1)) ||
             !cJSON_IsNumber(cJSON_GetArrayItem(sep, 1)))
             return gp_set_error(GP_ERR_FORMAT, "%s: field '%s.cls/sep': expected [token, id]", path, field);
+        for (int k = 0; k < 2; k++) {
+            double id = cJSON_GetArrayItem(k ? sep : cls, 1)->valuedouble;
+            if (!(id >= 0 && id < t->n_vocab) || id != (double)(int32_t)id)
+                return gp_set_error(GP_ERR_FORMAT, "%s: field '%s.%s[1]': id %g is outside the vocabulary [0, %d)",
+                                    path, field, k ? "sep" : "cls", id, t->n_vocab);
+        }
         free(t->tmpl_prefix);
         free(t->tmpl_suffix);
         t->tmpl_prefix = gp_malloc(1, sizeof(int32_t));
         t->tmpl_suffix = gp_malloc(1, sizeof(int32_t));
         if (!t->tmpl_prefix || !t->tmpl_suffix) return GP_ERR_NOMEM;
-        t->tmpl_prefix[0] = cJSON_GetArrayItem(cls, 1)->valueint;
-        t->tmpl_suffix[0] = cJSON_GetArrayItem(sep, 1)->valueint;
+        t->tmpl_prefix[0] = (int32_t)cJSON_GetArrayItem(cls, 1)->valuedouble;
+        t->tmpl_suffix[0] = (int32_t)cJSON_GetArrayItem(sep, 1)->valuedouble;
         t->n_prefix = t->n_suffix = 1;
         return GP_OK;
     }
@@ -443,7 +476,7 @@ static gp_status load_added_norms(gp_tokenizer *t) {
     for (int i = 0; i < t->n_added && !st; i++) {
         tk_added *a = &t->added[i];
         if (!a->normalized) continue;
-        if (tk_norm_apply(&t->norm, &sc, a->content, a->len, &b)) { st = GP_ERR_NOMEM; break; }
+        if (tk_norm_apply(&t->norm, &sc, a->content, a->len, &b)) { st = tk_fail_status(&sc); break; }
         if (b.len == a->len && !memcmp(b.p, a->content, a->len)) continue;
         a->norm_content = gp_malloc(b.len + 1, 1);
         if (!a->norm_content) { st = GP_ERR_NOMEM; break; }
@@ -570,7 +603,7 @@ static gp_status encode_text(const gp_tokenizer *t, enc_state *e, const char *s,
     tk_list_clear(&e->pieces);
     if (!n) return GP_OK;
     if (tk_list_push(&e->pieces, s, n, at0)) return GP_ERR_NOMEM;
-    if (t->has_pre && tk_pre_apply(&t->pre, &e->sc, &e->pieces, &e->tmp)) return GP_ERR_NOMEM;
+    if (t->has_pre && tk_pre_apply(&t->pre, &e->sc, &e->pieces, &e->tmp)) return tk_fail_status(&e->sc);
     if (t->split_metaspace) {
         /* one BPE word per run of U+2581 and what follows it, up to the next such run */
         size_t a = 0;
@@ -605,7 +638,7 @@ static gp_status encode_all(const gp_tokenizer *t, enc_state *e, const char *s, 
         const char *seg = s + r.s;
         size_t sn = r.e - r.s;
         if (t->has_norm) {
-            if (tk_norm_apply(&t->norm, &e->sc, seg, sn, &e->norm)) return GP_ERR_NOMEM;
+            if (tk_norm_apply(&t->norm, &e->sc, seg, sn, &e->norm)) return tk_fail_status(&e->sc);
             seg = e->norm.p ? e->norm.p : "";
             sn = e->norm.len;
         }

@@ -2,11 +2,13 @@
 #include "util/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static _Thread_local char g_errmsg[1024];
 
@@ -94,33 +96,75 @@ double gp_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    return "not a regular file";
+}
+
+gp_status gp_open_regular(const char *path, int *fd) {
+    *fd = -1;
+    if (!path) return gp_set_error(GP_ERR_INVALID_ARG, "open: path is NULL");
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (f < 0) {
+        int e = errno;
+        if (e == ENOENT) return gp_set_error(GP_ERR_MISSING, "%s: cannot open: %s", path, strerror(e));
+        if (e == ELOOP) return gp_set_error(GP_ERR_IO, "%s: cannot open: a symbolic link loop (%s)", path, strerror(e));
+        return gp_set_error(GP_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(f, &st) != 0) {
+        int e = errno;
+        close(f);
+        return gp_set_error(GP_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(f);
+        return gp_set_error(GP_ERR_IO, "%s: is %s; a regular file is required", path, file_kind(st.st_mode));
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl >= 0) fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    *fd = f;
+    return GP_OK;
+}
+
 gp_status gp_read_file(const char *path, size_t max_bytes, char **data, size_t *len) {
     *data = NULL;
     if (len) *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return gp_set_error(GP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    gp_status s = gp_open_regular(path, &fd);
+    if (s) return s == GP_ERR_MISSING ? GP_ERR_IO : s;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return gp_set_error(GP_ERR_IO, "%s: not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return gp_set_error(GP_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     }
     if ((uint64_t)st.st_size > max_bytes) {
-        fclose(f);
+        close(fd);
         return gp_set_error(GP_ERR_FORMAT, "%s: file is %lld bytes, over the limit of %zu", path,
                             (long long)st.st_size, max_bytes);
     }
     size_t n = (size_t)st.st_size;
     char *buf = gp_malloc(n + 1, 1);
     if (!buf) {
-        fclose(f);
+        close(fd);
         return GP_ERR_NOMEM;
     }
-    if (n && fread(buf, 1, n, f) != n) {
-        free(buf);
-        fclose(f);
-        return gp_set_error(GP_ERR_IO, "%s: short read", path);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
     }
-    fclose(f);
+    close(fd);
+    if (got != n) {
+        free(buf);
+        return gp_set_error(GP_ERR_IO, "%s: short read (%zu of %zu bytes)", path, got, n);
+    }
     buf[n] = 0;
     *data = buf;
     if (len) *len = n;

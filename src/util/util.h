@@ -27,6 +27,13 @@ static inline int gp_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin
 /* Seconds since an arbitrary monotonic origin. */
 double gp_now(void);
 
+/* Opens path read-only for a caller that needs a regular file, without ever blocking: the open is O_NONBLOCK, the
+ * type is checked with fstat, and a FIFO, socket, device or directory is refused before any read (O_NONBLOCK is
+ * then cleared).  Returns GP_OK and *fd (caller closes), GP_ERR_MISSING when the path does not exist, or GP_ERR_IO
+ * with a message naming the path and what it is (FIFO, directory, symlink loop...).  Every path the library and the
+ * CLI read goes through here. */
+gp_status gp_open_regular(const char *path, int *fd);
+
 /* Reads a whole file into a NUL-terminated buffer (caller frees). Returns GP_OK or GP_ERR_IO/GP_ERR_NOMEM.
  * max_bytes guards against absurd files. */
 gp_status gp_read_file(const char *path, size_t max_bytes, char **data, size_t *len);

@@ -110,9 +110,13 @@ TEST(tokenizer_bad_calls) {
     CHECK_STATUS(gp_tokenizer_encode(t, NULL, 3, 0, &ids, &n), GP_ERR_INVALID_ARG);
     char *text;
     size_t len;
-    int32_t bad[] = {0, 99};
+    int32_t bad[] = {0, -5}, past[] = {0, 99};
     CHECK_STATUS(gp_tokenizer_decode(t, bad, 2, 0, &text, &len), GP_ERR_RANGE);
     CHECK(text == NULL);
+    /* ids past the tokenizer decode as "" like tokenizers' decode (a model's padded vocab_size) */
+    CHECK_STATUS(gp_tokenizer_decode(t, past, 2, 0, &text, &len), GP_OK);
+    CHECK_STR(text, "a");
+    gp_free(text);
     CHECK_STATUS(gp_tokenizer_decode(t, bad, -1, 0, &text, &len), GP_ERR_INVALID_ARG);
     gp_detok *d;
     CHECK_STATUS(gp_detok_init(t, 0, &d), GP_OK);

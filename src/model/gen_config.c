@@ -1,6 +1,8 @@
 /* gen_config.c — the generation config: transformers' GenerationConfig defaults, validation (errors name the field),
- * finish-reason names, and applying a model's generation_config.json (errors name the file and the field). */
-#include "sample/sample.h"
+ * finish-reason names, and applying a model's generation_config.json (a Hugging Face file format like config.json,
+ * hence below src/sample/; errors name the file and the field). */
+#include "model/gen_config.h"
+#include "io/json.h"
 #include "util/util.h"
 
 #include <cJSON.h>
@@ -184,45 +186,14 @@ void gp_gen_config_free_owned(gp_gen_config *g) {
     g->n_stop_strings = 0;
 }
 
-/* ---------------------------------------------------------------------------------------------------------------- */
 /* generation_config.json                                                                                            */
 /* ---------------------------------------------------------------------------------------------------------------- */
 
 #define JERR(...) gp_set_error(GP_ERR_FORMAT, __VA_ARGS__)
 
-static int is_set(const cJSON *v) { return v && !cJSON_IsNull(v); }
-
-static gp_status get_int(const cJSON *root, const char *key, const char *path, int32_t lo, int32_t *out, int *found) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (found) *found = 0;
-    if (!is_set(v)) return GP_OK;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
-        v->valuedouble > INT32_MAX)
-        return JERR("%s: field '%s' must be an integer >= %d", path, key, (int)lo);
-    *out = (int32_t)v->valuedouble;
-    if (found) *found = 1;
-    return GP_OK;
-}
-
-static gp_status get_num(const cJSON *root, const char *key, const char *path, double *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!is_set(v)) return GP_OK;
-    if (!cJSON_IsNumber(v)) return JERR("%s: field '%s' must be a number", path, key);
-    *out = v->valuedouble;
-    return GP_OK;
-}
-
-static gp_status get_bool(const cJSON *root, const char *key, const char *path, int32_t *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!is_set(v)) return GP_OK;
-    if (!cJSON_IsBool(v)) return JERR("%s: field '%s' must be true or false", path, key);
-    *out = cJSON_IsTrue(v) ? 1 : 0;
-    return GP_OK;
-}
-
-/* Reads a JSON array of non-negative integers into ids [n] (owned by g). */
-static gp_status int_array(gp_gen_config *g, const cJSON *arr, const char *path, const char *field, int32_t **ids,
-                           int32_t *n) {
+/* Reads a JSON array of token ids in [0, hi] into ids [n] (owned by g); field names the array in messages. */
+static gp_status id_array(gp_gen_config *g, const cJSON *arr, const char *path, const char *field, int32_t hi,
+                          int32_t **ids, int32_t *n) {
     if (!cJSON_IsArray(arr)) return JERR("%s: field '%s' must be a list of token ids", path, field);
     int32_t k = (int32_t)cJSON_GetArraySize(arr);
     int32_t *v = owned_alloc(g, (size_t)k, sizeof(int32_t));
@@ -230,47 +201,19 @@ static gp_status int_array(gp_gen_config *g, const cJSON *arr, const char *path,
     int32_t i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, arr) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
-            e->valuedouble > INT32_MAX)
-            return JERR("%s: field '%s[%d]' must be a non-negative integer token id", path, field, (int)i);
-        v[i++] = (int32_t)e->valuedouble;
+        gp_status s = gp_json_id_at(path, field, i, e, hi, &v[i]);
+        if (s) return s;
+        i++;
     }
     *ids = v;
     *n = k;
     return GP_OK;
 }
 
-static gp_status apply_eos(gp_gen_config *g, const cJSON *root, const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
-    if (!is_set(v)) return GP_OK;
-    if (cJSON_IsNumber(v)) {
-        if (v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > INT32_MAX)
-            return JERR("%s: field 'eos_token_id' must be a non-negative integer or a list of them", path);
-        g->eos_ids[0] = (int32_t)v->valuedouble;
-        g->n_eos = 1;
-        return GP_OK;
-    }
-    if (!cJSON_IsArray(v)) return JERR("%s: field 'eos_token_id' must be an integer or a list of integers", path);
-    int n = cJSON_GetArraySize(v);
-    if (n > GP_MAX_EOS) return JERR("%s: field 'eos_token_id' has %d ids (at most %d)", path, n, GP_MAX_EOS);
-    int i = 0;
-    const cJSON *e;
-    int32_t ids[GP_MAX_EOS];
-    cJSON_ArrayForEach(e, v) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
-            e->valuedouble > INT32_MAX)
-            return JERR("%s: field 'eos_token_id[%d]' must be a non-negative integer", path, i);
-        ids[i++] = (int32_t)e->valuedouble;
-    }
-    memcpy(g->eos_ids, ids, sizeof(int32_t) * (size_t)n);
-    g->n_eos = n;
-    return GP_OK;
-}
-
-static gp_status apply_bad_words(gp_gen_config *g, const cJSON *root, const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "bad_words_ids");
-    if (!is_set(v)) return GP_OK;
-    if (!cJSON_IsArray(v)) return JERR("%s: field 'bad_words_ids' must be a list of lists of token ids", path);
+static gp_status apply_bad_words(gp_gen_config *g, const gp_jobj *o, int32_t hi) {
+    const cJSON *v;
+    gp_status s = gp_json_arr(o, "bad_words_ids", &v);
+    if (s || !v) return s;
     int32_t n = (int32_t)cJSON_GetArraySize(v);
     gp_token_seq *seqs = owned_alloc(g, (size_t)n, sizeof *seqs);
     if (!seqs) return GP_ERR_NOMEM;
@@ -280,9 +223,8 @@ static gp_status apply_bad_words(gp_gen_config *g, const cJSON *root, const char
         char field[48];
         snprintf(field, sizeof field, "bad_words_ids[%d]", (int)i);
         int32_t *ids, k;
-        gp_status s = int_array(g, e, path, field, &ids, &k);
-        if (s) return s;
-        if (k == 0) return JERR("%s: field '%s' is an empty list", path, field);
+        if ((s = id_array(g, e, o->path, field, hi, &ids, &k))) return s;
+        if (k == 0) return JERR("%s: field '%s' is an empty list", o->path, field);
         seqs[i].ids = ids;
         seqs[i].n = k;
         i++;
@@ -293,10 +235,11 @@ static gp_status apply_bad_words(gp_gen_config *g, const cJSON *root, const char
 }
 
 /* sequence_bias as transformers serialises it: a list of [[ids...], bias] pairs. */
-static gp_status apply_sequence_bias(gp_gen_config *g, const cJSON *root, const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "sequence_bias");
-    if (!is_set(v)) return GP_OK;
-    if (!cJSON_IsArray(v)) return JERR("%s: field 'sequence_bias' must be a list of [[token ids], bias] pairs", path);
+static gp_status apply_sequence_bias(gp_gen_config *g, const gp_jobj *o, int32_t hi) {
+    const cJSON *v = gp_json_get(o, "sequence_bias");
+    if (!v) return GP_OK;
+    if (!cJSON_IsArray(v))
+        return JERR("%s: field 'sequence_bias' must be a list of [[token ids], bias] pairs", o->path);
     int32_t n = (int32_t)cJSON_GetArraySize(v);
     gp_seq_bias *sb = owned_alloc(g, (size_t)n, sizeof *sb);
     if (!sb) return GP_ERR_NOMEM;
@@ -305,15 +248,16 @@ static gp_status apply_sequence_bias(gp_gen_config *g, const cJSON *root, const 
     cJSON_ArrayForEach(e, v) {
         char field[48];
         snprintf(field, sizeof field, "sequence_bias[%d]", (int)i);
-        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsNumber(cJSON_GetArrayItem(e, 1)))
-            return JERR("%s: field '%s' must be a [[token ids], bias] pair", path, field);
+        const cJSON *b = cJSON_GetArrayItem(e, 1);
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsNumber(b) || !isfinite(b->valuedouble))
+            return JERR("%s: field '%s' must be a [[token ids], bias] pair with a finite bias", o->path, field);
         int32_t *ids, k;
-        gp_status s = int_array(g, cJSON_GetArrayItem(e, 0), path, field, &ids, &k);
+        gp_status s = id_array(g, cJSON_GetArrayItem(e, 0), o->path, field, hi, &ids, &k);
         if (s) return s;
-        if (k == 0) return JERR("%s: field '%s' has an empty token list", path, field);
+        if (k == 0) return JERR("%s: field '%s' has an empty token list", o->path, field);
         sb[i].ids = ids;
         sb[i].n = k;
-        sb[i].bias = cJSON_GetArrayItem(e, 1)->valuedouble;
+        sb[i].bias = b->valuedouble;
         i++;
     }
     g->sequence_bias = sb;
@@ -321,17 +265,17 @@ static gp_status apply_sequence_bias(gp_gen_config *g, const cJSON *root, const 
     return GP_OK;
 }
 
-static gp_status apply_stop_strings(gp_gen_config *g, const cJSON *root, const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "stop_strings");
-    if (!is_set(v)) return GP_OK;
+static gp_status apply_stop_strings(gp_gen_config *g, const gp_jobj *o) {
+    const cJSON *v = gp_json_get(o, "stop_strings");
+    if (!v) return GP_OK;
     int32_t n = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? (int32_t)cJSON_GetArraySize(v) : -1;
-    if (n < 0) return JERR("%s: field 'stop_strings' must be a string or a list of strings", path);
+    if (n < 0) return JERR("%s: field 'stop_strings' must be a string or a list of strings", o->path);
     const char **list = owned_alloc(g, (size_t)n, sizeof *list);
     if (!list) return GP_ERR_NOMEM;
     for (int32_t i = 0; i < n; i++) {
         const cJSON *e = cJSON_IsString(v) ? v : cJSON_GetArrayItem(v, i);
         if (!cJSON_IsString(e) || !e->valuestring[0])
-            return JERR("%s: field 'stop_strings[%d]' must be a non-empty string", path, (int)i);
+            return JERR("%s: field 'stop_strings[%d]' must be a non-empty string", o->path, (int)i);
         size_t len = strlen(e->valuestring);
         char *copy = owned_alloc(g, len + 1, 1);
         if (!copy) return GP_ERR_NOMEM;
@@ -343,97 +287,95 @@ static gp_status apply_stop_strings(gp_gen_config *g, const cJSON *root, const c
     return GP_OK;
 }
 
-static gp_status apply_forced_eos(gp_gen_config *g, const cJSON *root, const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "forced_eos_token_id");
-    if (!is_set(v)) return GP_OK;
+static gp_status apply_forced_eos(gp_gen_config *g, const gp_jobj *o, int32_t hi) {
+    const cJSON *v = gp_json_get(o, "forced_eos_token_id");
+    if (!v) return GP_OK;
     if (cJSON_IsArray(v)) {
         if (cJSON_GetArraySize(v) != 1)
-            return gp_set_error(GP_ERR_UNSUPPORTED, "%s: field 'forced_eos_token_id': only one id is supported", path);
+            return gp_set_error(GP_ERR_UNSUPPORTED, "%s: field 'forced_eos_token_id': only one id is supported",
+                                o->path);
         v = cJSON_GetArrayItem(v, 0);
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-        v->valuedouble > INT32_MAX)
-        return JERR("%s: field 'forced_eos_token_id' must be a non-negative integer", path);
-    g->forced_eos_token_id = (int32_t)v->valuedouble;
-    return GP_OK;
+    return gp_json_id_at(o->path, "forced_eos_token_id", -1, v, hi, &g->forced_eos_token_id);
 }
 
-gp_status gp_gen_config_apply_json_text(gp_gen_config *g, const char *json, const char *path) {
+static gp_status apply_id_list(gp_gen_config *g, const gp_jobj *o, const char *key, int32_t hi, const int32_t **ids,
+                               int32_t *n) {
+    const cJSON *v = gp_json_get(o, key);
+    if (!v) return GP_OK;
+    int32_t *out;
+    gp_status s = id_array(g, v, o->path, key, hi, &out, n);
+    if (!s) *ids = out;
+    return s;
+}
+
+/* The scalar knobs (ranges beyond the type are gp_gen_config_validate's). */
+static gp_status apply_scalars(gp_gen_config *t, const gp_jobj *o, int32_t hi) {
+    const double H = HUGE_VAL;
+    gp_status s = GP_OK;
+    if (!s) s = gp_json_i32(o, "max_new_tokens", 0, INT32_MAX, &t->max_new_tokens);
+    if (!s) s = gp_json_i32(o, "max_length", 0, INT32_MAX, &t->max_length);
+    if (!s) s = gp_json_i32(o, "min_length", 0, INT32_MAX, &t->min_length);
+    if (!s) s = gp_json_i32(o, "min_new_tokens", 0, INT32_MAX, &t->min_new_tokens);
+    if (!s) s = gp_json_bool(o, "do_sample", &t->do_sample);
+    if (!s) s = gp_json_num(o, "temperature", -H, H, &t->temperature);
+    if (!s) s = gp_json_i32(o, "top_k", 0, INT32_MAX, &t->top_k);
+    if (!s) s = gp_json_num(o, "top_p", -H, H, &t->top_p);
+    if (!s) s = gp_json_num(o, "min_p", -H, H, &t->min_p);
+    if (!s) s = gp_json_num(o, "typical_p", -H, H, &t->typical_p);
+    if (!s) s = gp_json_num(o, "epsilon_cutoff", -H, H, &t->epsilon_cutoff);
+    if (!s) s = gp_json_num(o, "eta_cutoff", -H, H, &t->eta_cutoff);
+    if (!s) s = gp_json_num(o, "repetition_penalty", -H, H, &t->repetition_penalty);
+    if (!s) s = gp_json_i32(o, "no_repeat_ngram_size", 0, INT32_MAX, &t->no_repeat_ngram_size);
+    if (!s) s = gp_json_num(o, "max_time", -H, H, &t->max_time);
+    if (!s && gp_json_has(o, "forced_bos_token_id"))
+        s = gp_json_id_at(o->path, "forced_bos_token_id", -1, gp_json_get(o, "forced_bos_token_id"), hi,
+                          &t->forced_bos_token_id);
+    return s;
+}
+
+/* Applies the fields of a parsed generation_config.json onto t. */
+static gp_status apply_fields(gp_gen_config *t, const gp_jobj *o, int32_t n_vocab) {
+    int32_t hi = n_vocab > 0 ? n_vocab - 1 : INT32_MAX;
+    int has_max_new = gp_json_has(o, "max_new_tokens"), has_max_len = gp_json_has(o, "max_length");
+    gp_status s = apply_scalars(t, o, hi);
+    if (!s) s = apply_forced_eos(t, o, hi);
+    if (!s) s = gp_json_ids(o, "eos_token_id", hi, t->eos_ids, GP_MAX_EOS, &t->n_eos);
+    if (!s) s = apply_bad_words(t, o, hi);
+    if (!s) s = apply_sequence_bias(t, o, hi);
+    if (!s) s = apply_stop_strings(t, o);
+    if (!s) s = apply_id_list(t, o, "suppress_tokens", hi, &t->suppress_tokens, &t->n_suppress_tokens);
+    if (!s) s = apply_id_list(t, o, "begin_suppress_tokens", hi, &t->begin_suppress_tokens, &t->n_begin_suppress_tokens);
+    /* transformers: max_new_tokens wins over max_length; a model's max_length replaces the library's default cap
+     * of 20 new tokens when the file sets no max_new_tokens */
+    if (!s && has_max_len && !has_max_new) t->max_new_tokens = 0;
+    if (!s && gp_gen_config_validate(t, n_vocab) != GP_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", gp_errmsg());
+        s = JERR("%s: %s", o->path, msg);
+    }
+    return s;
+}
+
+gp_status gp_gen_config_parse_json(gp_gen_config *g, const char *json, size_t len, const char *path, int32_t n_vocab,
+                                   int32_t *bos_id) {
     if (!g || !json) return gp_set_error(GP_ERR_INVALID_ARG, "gp_gen_config_apply_json: NULL argument");
     if (!path) path = "generation_config.json";
-    cJSON *root = cJSON_Parse(json);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        return JERR("%s: not valid JSON (near byte %ld)", path, (long)(at ? at - json : 0));
-    }
+    cJSON *root;
+    gp_status s = gp_json_parse(path, json, len, GP_JSON_CONFIG_TREE, GP_JSON_NO_DUP_KEYS, &root);
+    if (s) return s;
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return JERR("%s: the top level must be a JSON object", path);
     }
+    gp_jobj o = gp_jobj_root(path, root);
     /* work on a copy so that a failure leaves *g as it was (storage allocated on the way is released) */
     gp_gen_config t = *g;
     t._owned = NULL;
-    gp_status s = GP_OK;
-    int has_max_new = 0, has_max_len = 0;
-    int32_t tmp;
-    if (!s) s = get_int(root, "max_new_tokens", path, 0, &t.max_new_tokens, &has_max_new);
-    if (!s) s = get_int(root, "max_length", path, 0, &t.max_length, &has_max_len);
-    if (!s) s = get_int(root, "min_length", path, 0, &t.min_length, NULL);
-    if (!s) s = get_int(root, "min_new_tokens", path, 0, &t.min_new_tokens, NULL);
-    if (!s) s = get_bool(root, "do_sample", path, &t.do_sample);
-    if (!s) s = get_num(root, "temperature", path, &t.temperature);
-    if (!s) s = get_int(root, "top_k", path, 0, &t.top_k, NULL);
-    if (!s) s = get_num(root, "top_p", path, &t.top_p);
-    if (!s) s = get_num(root, "min_p", path, &t.min_p);
-    if (!s) s = get_num(root, "typical_p", path, &t.typical_p);
-    if (!s) s = get_num(root, "epsilon_cutoff", path, &t.epsilon_cutoff);
-    if (!s) s = get_num(root, "eta_cutoff", path, &t.eta_cutoff);
-    if (!s) s = get_num(root, "repetition_penalty", path, &t.repetition_penalty);
-    if (!s) s = get_int(root, "no_repeat_ngram_size", path, 0, &t.no_repeat_ngram_size, NULL);
-    if (!s) s = get_num(root, "max_time", path, &t.max_time);
-    if (!s) {
-        int found = 0;
-        tmp = -1;
-        s = get_int(root, "forced_bos_token_id", path, 0, &tmp, &found);
-        if (!s && found) t.forced_bos_token_id = tmp;
-    }
-    if (!s) s = apply_forced_eos(&t, root, path);
-    if (!s) s = apply_eos(&t, root, path);
-    if (!s) s = apply_bad_words(&t, root, path);
-    if (!s) s = apply_sequence_bias(&t, root, path);
-    if (!s) s = apply_stop_strings(&t, root, path);
-    if (!s) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "suppress_tokens");
-        if (is_set(v)) {
-            int32_t *ids, n;
-            s = int_array(&t, v, path, "suppress_tokens", &ids, &n);
-            if (!s) {
-                t.suppress_tokens = ids;
-                t.n_suppress_tokens = n;
-            }
-        }
-    }
-    if (!s) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "begin_suppress_tokens");
-        if (is_set(v)) {
-            int32_t *ids, n;
-            s = int_array(&t, v, path, "begin_suppress_tokens", &ids, &n);
-            if (!s) {
-                t.begin_suppress_tokens = ids;
-                t.n_begin_suppress_tokens = n;
-            }
-        }
-    }
-    /* transformers: max_new_tokens wins over max_length; a model's max_length replaces the library's default cap
-     * of 20 new tokens when the file sets no max_new_tokens */
-    if (!s && has_max_len && !has_max_new) t.max_new_tokens = 0;
-    if (!s) {
-        if (gp_gen_config_validate(&t, 0) != GP_OK) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", gp_errmsg());
-            s = JERR("%s: %s", path, msg);
-        }
-    }
+    s = apply_fields(&t, &o, n_vocab);
+    if (!s && bos_id && gp_json_has(&o, "bos_token_id"))
+        s = gp_json_id_at(path, "bos_token_id", -1, gp_json_get(&o, "bos_token_id"),
+                          n_vocab > 0 ? n_vocab - 1 : INT32_MAX, bos_id);
     cJSON_Delete(root);
     if (s) {
         gp_gen_config_free_owned(&t);
@@ -449,13 +391,19 @@ gp_status gp_gen_config_apply_json_text(gp_gen_config *g, const char *json, cons
     return GP_OK;
 }
 
-gp_status gp_gen_config_apply_json(gp_gen_config *g, const char *path) {
+gp_status gp_gen_config_apply_json_text(gp_gen_config *g, const char *json, const char *path) {
+    return gp_gen_config_parse_json(g, json, json ? strlen(json) : 0, path, 0, NULL);
+}
+
+gp_status gp_gen_config_load_json(gp_gen_config *g, const char *path, int32_t n_vocab, int32_t *bos_id) {
     if (!g || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_gen_config_apply_json: NULL argument");
     char *text = NULL;
     size_t len = 0;
-    gp_status s = gp_read_file(path, 16u << 20, &text, &len);
+    gp_status s = gp_read_file(path, GP_JSON_CONFIG_BYTES, &text, &len);
     if (s) return s;
-    s = gp_gen_config_apply_json_text(g, text, path);
+    s = gp_gen_config_parse_json(g, text, len, path, n_vocab, bos_id);
     free(text);
     return s;
 }
+
+gp_status gp_gen_config_apply_json(gp_gen_config *g, const char *path) { return gp_gen_config_load_json(g, path, 0, NULL); }

@@ -1,0 +1,87 @@
+#!/bin/sh
+# bench/compare.sh — `make bench-compare`: genparity against llama.cpp, side by side in one run on the same weights.
+#   For each shape: `genparity make-model` writes a random-weight folder (once), tools/gguf_from_safetensors.py copies
+#   the same bytes into a GGUF (once), then ROUNDS rounds run `genparity bench` and llama.cpp's `llama-bench`
+#   alternately (pp P and tg N, REPS repetitions each, THREADS threads).  The report (build/compare.md) lists every
+#   round, the load average before and after, the medians and the ratio genparity / llama.cpp.
+# Needs llama.cpp built ad hoc from a fetched copy (never committed): LLAMA_BENCH = its llama-bench binary,
+# LLAMA_CPP_DIR = the copy (for gguf-py).  Optional LLAMA_QUANTIZE = its llama-quantize, with QUANTS="q8_0 q4_0",
+# adds rows for llama.cpp's quantized types (genparity's quantized rows come with MLX-quantized folders).
+# Environment: SHAPES (default "qwen3-0.6b llama3.2-1b"), ROUNDS (3), REPS (3), P (512), N (128), THREADS (2),
+# GENPARITY_BIN (build/genparity), PYTHON (.venv/bin/python, else python3), GENPARITY_ARGS (extra bench flags).
+set -eu
+: "${LLAMA_BENCH:?set LLAMA_BENCH to llama.cpp's llama-bench (built from a fetched copy)}"
+: "${LLAMA_CPP_DIR:?set LLAMA_CPP_DIR to the fetched llama.cpp folder (gguf-py is read from it)}"
+BIN=${GENPARITY_BIN:-build/genparity}
+SHAPES=${SHAPES:-"qwen3-0.6b llama3.2-1b"}
+ROUNDS=${ROUNDS:-3}; REPS=${REPS:-3}; P=${P:-512}; N=${N:-128}; THREADS=${THREADS:-2}
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+DIR=build/bench-models
+OUT=build/compare
+mkdir -p "$DIR" "$OUT"
+rm -f "$OUT"/*.json
+
+for shape in $SHAPES; do
+    m="$DIR/$shape-bf16"
+    [ -f "$m/model.safetensors" ] || "$BIN" make-model --shape "$shape" --dtype bf16 -o "$m" >&2
+    [ -f "$m.gguf" ] || "$PY" tools/gguf_from_safetensors.py --llama-cpp "$LLAMA_CPP_DIR" "$m" "$m.gguf"
+    for q in ${QUANTS:-}; do
+        [ -f "$m-$q.gguf" ] || "${LLAMA_QUANTIZE:?set LLAMA_QUANTIZE for QUANTS}" "$m.gguf" "$m-$q.gguf" "$q" >&2
+    done
+done
+
+r=1
+while [ "$r" -le "$ROUNDS" ]; do
+    for shape in $SHAPES; do
+        m="$DIR/$shape-bf16"
+        load0=$(cut -d' ' -f1 /proc/loadavg)
+        # shellcheck disable=SC2086
+        "$BIN" bench --model "$m" -p "$P" -n "$N" -r "$REPS" --threads "$THREADS" --format json ${GENPARITY_ARGS:-} \
+            > "$OUT/r$r-$shape-genparity.json"
+        "$LLAMA_BENCH" -m "$m.gguf" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" -o json > "$OUT/r$r-$shape-llama.json"
+        for q in ${QUANTS:-}; do
+            "$LLAMA_BENCH" -m "$m-$q.gguf" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" -o json \
+                > "$OUT/r$r-$shape-llama-$q.json"
+        done
+        echo "$r $shape $load0 $(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/loads.txt"
+    done
+    r=$((r + 1))
+done
+
+"$PY" - "$OUT" "$BIN bench --model M -p $P -n $N -r $REPS --threads $THREADS --format json ${GENPARITY_ARGS:-}" \
+    "$LLAMA_BENCH -m M.gguf -p $P -n $N -r $REPS -t $THREADS -o json" <<'EOF' | tee build/compare.md
+import json, os, statistics, sys, time
+out, gcmd, lcmd = sys.argv[1:4]
+loads = {}
+for line in open(os.path.join(out, "loads.txt")):
+    r, shape, a, b = line.split()
+    loads[(r, shape)] = (a, b)
+os.remove(os.path.join(out, "loads.txt"))
+rows, med = [], {}
+for (r, shape), (a, b) in sorted(loads.items()):
+    g = json.load(open(os.path.join(out, "r%s-%s-genparity.json" % (r, shape))))["models"][0]
+    entries = [("genparity (f32 compute, bf16 weights)", g["pp_tokens_per_s"], g["tg_tokens_per_s"])]
+    for fn in sorted(os.listdir(out)):
+        pre = "r%s-%s-llama" % (r, shape)
+        if fn.startswith(pre):
+            kind = fn[len(pre):-5].lstrip("-") or "bf16"
+            js = json.load(open(os.path.join(out, fn)))
+            pp = next(x["avg_ts"] for x in js if x["n_prompt"] > 0 and x["n_gen"] == 0)
+            tg = next(x["avg_ts"] for x in js if x["n_gen"] > 0 and x["n_prompt"] == 0)
+            entries.append(("llama.cpp " + kind, pp, tg))
+    for name, pp, tg in entries:
+        rows.append("| %s | %s | %s → %s | %s | %.1f | %.2f |" % (r, shape, a, b, name, pp, tg))
+        med.setdefault((shape, name), []).append((pp, tg))
+print("# genparity vs llama.cpp, same run — %s UTC, %d CPUs" % (time.strftime("%Y-%m-%d %H:%M", time.gmtime()), os.cpu_count()))
+print("\ngenparity: `%s`  \nllama.cpp: `%s`\n" % (gcmd, lcmd))
+print("| round | shape | load before → after | engine | pp t/s | tg t/s |\n|---|---|---|---|---|---|")
+print("\n".join(rows))
+print("\n| shape | engine | median pp t/s | median tg t/s | pp ratio genparity/this | tg ratio genparity/this |")
+print("|---|---|---|---|---|---|")
+for (shape, name), v in med.items():
+    pp = statistics.median(x[0] for x in v); tg = statistics.median(x[1] for x in v)
+    gp = med[(shape, "genparity (f32 compute, bf16 weights)")]
+    gpp = statistics.median(x[0] for x in gp); gtg = statistics.median(x[1] for x in gp)
+    print("| %s | %s | %.1f | %.2f | %.2f× | %.2f× |" % (shape, name, pp, tg, gpp / pp, gtg / tg))
+EOF
