@@ -87,21 +87,31 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     if (VEC) {
         const uint4 *wrow = (const uint4 *)((const char *)W + (size_t)r * cols * (DT == GP_CU_F32 ? 4 : 2));
         const int64_t nv = cols / V::E;
-#pragma unroll 4
-        for (int64_t v = lane; v < nv; v += 32) {
-            float wf[V::E];
-            V::widen(__ldg(wrow + v), wf);
+        /* UNR 16-byte weight loads in flight per lane before any arithmetic (weights are read once: streaming) */
+        enum { UNR = 4 };
+        for (int64_t v0 = lane; v0 < nv; v0 += 32 * UNR) {
+            uint4 wv[UNR];
 #pragma unroll
-            for (int t = 0; t < T; t++) {
-                if (t < nt) {
-                    const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols + v * V::E);
+            for (int u = 0; u < UNR; u++)
+                if (v0 + 32 * u < nv) wv[u] = __ldcs(wrow + v0 + 32 * u);
 #pragma unroll
-                    for (int q = 0; q < V::E / 4; q++) {
-                        float4 a = __ldg(xv + q);
-                        acc[t] = fmaf(wf[4 * q], a.x, acc[t]);
-                        acc[t] = fmaf(wf[4 * q + 1], a.y, acc[t]);
-                        acc[t] = fmaf(wf[4 * q + 2], a.z, acc[t]);
-                        acc[t] = fmaf(wf[4 * q + 3], a.w, acc[t]);
+            for (int u = 0; u < UNR; u++) {
+                const int64_t v = v0 + 32 * u;
+                if (v >= nv) break;
+                float wf[V::E];
+                V::widen(wv[u], wf);
+#pragma unroll
+                for (int t = 0; t < T; t++) {
+                    if (t < nt) {
+                        const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols + v * V::E);
+#pragma unroll
+                        for (int q = 0; q < V::E / 4; q++) {
+                            float4 a = __ldg(xv + q);
+                            acc[t] = fmaf(wf[4 * q], a.x, acc[t]);
+                            acc[t] = fmaf(wf[4 * q + 1], a.y, acc[t]);
+                            acc[t] = fmaf(wf[4 * q + 2], a.z, acc[t]);
+                            acc[t] = fmaf(wf[4 * q + 3], a.w, acc[t]);
+                        }
                     }
                 }
             }

@@ -208,7 +208,9 @@ __device__ __forceinline__ const float *kv_row(const gp_cu_attn &a, const gp_cu_
 }
 
 /* Grid (n_splits, n_heads, n): the keys [s*SPLIT, (s+1)*SPLIT) of query t, head h.  Writes the split's max m, sum
- * l of exp(score - m) and unnormalized output acc [hd] to part (m = -inf, l = 0 when it sees no key). */
+ * l of exp(score - m) and unnormalized output acc [hd] to part (m = -inf, l = 0 when it sees no key).  Thread i
+ * scores key i (a dot product in d order); thread e accumulates output dim e over the split's keys in four
+ * interleaved partial sums added in a fixed order (independent loads in flight; the same order for every call). */
 __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, gp_cu_kv c) {
     extern __shared__ float sm[]; /* q [hd], scores [SPLIT], reduce [32] */
     float *qs = sm, *sc = sm + a.head_dim, *red = sc + GP_CU_ATTN_SPLIT;
@@ -222,21 +224,17 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, g
     const float *q = a.q + ((size_t)t * a.n_heads + h) * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[i];
     __syncthreads();
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    for (int i = w; i < GP_CU_ATTN_SPLIT; i += ATT_THREADS / 32) {
+    for (int i = threadIdx.x; i < GP_CU_ATTN_SPLIT; i += blockDim.x) {
         const int32_t j = j0 + i;
-        const bool vis = j <= p && (j < pin || j >= lo);
-        float dot = 0.0f;
-        if (vis) {
+        float sv = -INFINITY;
+        if (j <= p && (j < pin || j >= lo)) {
             const float *k = kv_row(a, c, 0, j, p0, kvh);
-            for (int e = lane; e < hd; e += 32) dot = fmaf(qs[e], k[e], dot);
-        }
-        dot = warp_sum(dot);
-        if (lane == 0) {
-            float sv = dot * a.scale;
+            float dot = 0.0f;
+            for (int e = 0; e < hd; e++) dot = fmaf(qs[e], k[e], dot);
+            sv = dot * a.scale;
             if (a.softcap > 0) sv = tanhf(sv / a.softcap) * a.softcap;
-            sc[i] = vis ? sv : -INFINITY;
         }
+        sc[i] = sv;
     }
     __syncthreads();
     float m = -INFINITY;
@@ -253,14 +251,18 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, g
         l += e;
     }
     l = block_sum(l, red); /* ends with barriers: sc[] complete */
-    int32_t iend = p - j0 + 1 < GP_CU_ATTN_SPLIT ? p - j0 + 1 : GP_CU_ATTN_SPLIT;
+    const int32_t iend = p - j0 + 1 < GP_CU_ATTN_SPLIT ? p - j0 + 1 : GP_CU_ATTN_SPLIT;
     for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        float acc = 0.0f;
-        for (int i = 0; i < iend; i++) {
-            const float pi = sc[i];
-            if (pi != 0.0f) acc = fmaf(pi, kv_row(a, c, 1, j0 + i, p0, kvh)[e], acc);
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int i0 = 0; i0 < iend; i0 += 4) {
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int i = i0 + u;
+                const float pi = i < iend ? sc[i] : 0.0f; /* masked keys: 0 (their rows are never read) */
+                if (pi != 0.0f) acc[u] = fmaf(pi, kv_row(a, c, 1, j0 + i, p0, kvh)[e], acc[u]);
+            }
         }
-        part[2 + e] = acc;
+        part[2 + e] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     }
     if (threadIdx.x == 0) {
         part[0] = m;

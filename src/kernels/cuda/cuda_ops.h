@@ -20,7 +20,7 @@ extern "C" {
 
 enum { GP_CU_F32 = 0, GP_CU_BF16 = 1, GP_CU_F16 = 2 };
 enum { GP_CU_ACT_SILU = 0, GP_CU_ACT_GELU_TANH = 1 };
-#define GP_CU_ATTN_SPLIT 256 /* keys per attention split (fixed absolute boundaries) */
+#define GP_CU_ATTN_SPLIT 64 /* keys per attention split (fixed absolute boundaries) */
 
 typedef struct gp_cu gp_cu; /* one device: its stream and cuBLAS handle */
 
