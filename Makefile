@@ -24,7 +24,7 @@ LDFLAGS_ALL = -fopenmp $(SAN) $(LDFLAGS)
 
 LIB_SRC  := $(shell find src -name '*.c' | sort)
 # CUDA backend (GP_CUDA=1, set by `make cuda`): src/**/*.cu through nvcc, linked with cudart (static) and cuBLAS
-NVCC      ?= nvcc
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null)))
 CUDA_ARCH ?= -arch=sm_90
 NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -lineinfo -Xcompiler -fPIC,-Wall -Werror all-warnings -Iinclude -Isrc

@@ -208,12 +208,14 @@ __device__ __forceinline__ const float *kv_row(const gp_cu_attn &a, const gp_cu_
 }
 
 /* Grid (n_splits, n_heads, n): the keys [s*SPLIT, (s+1)*SPLIT) of query t, head h.  Writes the split's max m, sum
- * l of exp(score - m) and unnormalized output acc [hd] to part (m = -inf, l = 0 when it sees no key).  Thread i
- * scores key i (a dot product in d order); thread e accumulates output dim e over the split's keys in four
- * interleaved partial sums added in a fixed order (independent loads in flight; the same order for every call). */
+ * l of exp(score - m) and unnormalized output acc [hd] to part (m = -inf, l = 0 when it sees no key).
+ * Scores: 8 lanes per key, lane r taking float4s r, r+8, ... of the row, then the 8 lanes' xor butterfly.
+ * Output: G = blockDim / hd groups of hd threads; group g sums keys g, g+G, ... (visible keys only: the others
+ * have p = 0 and their rows, always finite, add exactly 0), then the groups' sums are added in order g = 0..G-1.
+ * Every order is fixed by the call's shapes alone, so the bits do not depend on scheduling or chunking. */
 __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, gp_cu_kv c) {
-    extern __shared__ float sm[]; /* q [hd], scores [SPLIT], reduce [32] */
-    float *qs = sm, *sc = sm + a.head_dim, *red = sc + GP_CU_ATTN_SPLIT;
+    extern __shared__ float sm[]; /* q [hd], scores [SPLIT], reduce [32], group sums [ATT_THREADS] */
+    float *qs = sm, *sc = sm + a.head_dim, *red = sc + GP_CU_ATTN_SPLIT, *gs = red + 32;
     const int32_t s = blockIdx.x, h = blockIdx.y, t = blockIdx.z, hd = a.head_dim;
     const int32_t p0 = *a.pos0, p = p0 + a.t_off + t, kvh = h / (a.n_heads / a.n_kv);
     const int32_t lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
@@ -224,17 +226,38 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, g
     const float *q = a.q + ((size_t)t * a.n_heads + h) * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[i];
     __syncthreads();
-    for (int i = threadIdx.x; i < GP_CU_ATTN_SPLIT; i += blockDim.x) {
+    const int32_t iend = p - j0 + 1 < GP_CU_ATTN_SPLIT ? p - j0 + 1 : GP_CU_ATTN_SPLIT;
+    const int r8 = threadIdx.x & 7, nv = hd / 4;
+    for (int i0 = 0; i0 < GP_CU_ATTN_SPLIT; i0 += ATT_THREADS / 8) {
+        const int i = i0 + (threadIdx.x >> 3);
         const int32_t j = j0 + i;
-        float sv = -INFINITY;
-        if (j <= p && (j < pin || j >= lo)) {
+        const bool vis = i < iend && (j < pin || j >= lo);
+        float dot = 0.0f;
+        if (vis) {
             const float *k = kv_row(a, c, 0, j, p0, kvh);
-            float dot = 0.0f;
-            for (int e = 0; e < hd; e++) dot = fmaf(qs[e], k[e], dot);
-            sv = dot * a.scale;
-            if (a.softcap > 0) sv = tanhf(sv / a.softcap) * a.softcap;
+            if ((hd & 3) == 0)
+                for (int f = r8; f < nv; f += 8) {
+                    const float4 kv = *(const float4 *)(k + 4 * f);
+                    const float4 qv = *(const float4 *)(qs + 4 * f);
+                    dot = fmaf(qv.x, kv.x, dot);
+                    dot = fmaf(qv.y, kv.y, dot);
+                    dot = fmaf(qv.z, kv.z, dot);
+                    dot = fmaf(qv.w, kv.w, dot);
+                }
+            else
+                for (int e = r8; e < hd; e += 8) dot = fmaf(qs[e], k[e], dot);
         }
-        sc[i] = sv;
+        dot += __shfl_xor_sync(0xffffffffu, dot, 4);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+        if (r8 == 0) {
+            float sv = -INFINITY;
+            if (vis) {
+                sv = dot * a.scale;
+                if (a.softcap > 0) sv = tanhf(sv / a.softcap) * a.softcap;
+            }
+            sc[i] = sv;
+        }
     }
     __syncthreads();
     float m = -INFINITY;
@@ -251,18 +274,27 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, g
         l += e;
     }
     l = block_sum(l, red); /* ends with barriers: sc[] complete */
-    const int32_t iend = p - j0 + 1 < GP_CU_ATTN_SPLIT ? p - j0 + 1 : GP_CU_ATTN_SPLIT;
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int i0 = 0; i0 < iend; i0 += 4) {
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int i = i0 + u;
-                const float pi = i < iend ? sc[i] : 0.0f; /* masked keys: 0 (their rows are never read) */
-                if (pi != 0.0f) acc[u] = fmaf(pi, kv_row(a, c, 1, j0 + i, p0, kvh)[e], acc[u]);
-            }
+    const int G = hd <= ATT_THREADS ? ATT_THREADS / hd : 1;
+    const int g = threadIdx.x / (hd <= ATT_THREADS ? hd : ATT_THREADS);
+    for (int e = threadIdx.x % (hd <= ATT_THREADS ? hd : ATT_THREADS); e < hd && g < G; e += ATT_THREADS) {
+        float acc0 = 0.0f, acc1 = 0.0f;
+        int i = g;
+        for (; i + G < iend; i += 2 * G) { /* two keys per step: two independent loads in flight */
+            const float v0 = kv_row(a, c, 1, j0 + i, p0, kvh)[e], v1 = kv_row(a, c, 1, j0 + i + G, p0, kvh)[e];
+            acc0 = fmaf(sc[i], v0, acc0);
+            acc1 = fmaf(sc[i + G], v1, acc1);
         }
-        part[2 + e] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        if (i < iend) acc0 = fmaf(sc[i], kv_row(a, c, 1, j0 + i, p0, kvh)[e], acc0);
+        if (G == 1) part[2 + e] = acc0 + acc1;
+        else gs[g * hd + e] = acc0 + acc1;
+    }
+    if (G > 1) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+            float o = 0.0f;
+            for (int k = 0; k < G; k++) o += gs[k * hd + e];
+            part[2 + e] = o;
+        }
     }
     if (threadIdx.x == 0) {
         part[0] = m;
@@ -296,7 +328,7 @@ __global__ void attn_combine_kernel(gp_cu_attn a) {
 extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
     if (a->n <= 0) return 0;
     cudaStream_t s = gp_cu_stream(d);
-    const size_t sh = (size_t)(a->head_dim + GP_CU_ATTN_SPLIT + 32) * sizeof(float);
+    const size_t sh = (size_t)(a->head_dim + GP_CU_ATTN_SPLIT + 32 + ATT_THREADS) * sizeof(float);
     dim3 grid((unsigned)a->n_splits, (unsigned)a->n_heads, (unsigned)a->n);
     attn_split_kernel<<<grid, ATT_THREADS, sh, s>>>(*a, *a->cache);
     attn_combine_kernel<<<a->n * a->n_heads, 64, 0, s>>>(*a);
