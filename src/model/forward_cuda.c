@@ -283,9 +283,9 @@ gp_status gp_cuda_ctx_init(gp_ctx *c) {
     } while (0)
 
 /* Attention of the chunk's n queries for layer l, in calls of at most qb queries (same bits for any split), then
- * the chunk's keys and values into the cache.  q [n, nh, hd], k, v [n, KV]. */
+ * (unless already stored) the chunk's keys and values into the cache.  q [n, nh, hd], k, v [n, KV]. */
 static gp_status attention(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int32_t pos0, const float *q,
-                           const float *k, const float *v) {
+                           const float *k, const float *v, int stored) {
     const gp_config *g = &c->m->cfg;
     const int32_t nh = g->n_heads, hd = g->head_dim;
     const gp_kv_layer *L = &gp_ctx_cache(c)->L[l];
@@ -299,7 +299,7 @@ static gp_status attention(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int3
         };
         CK(gp_cu_attention(x->d, &a));
     }
-    CK(gp_cu_kv_store(x->d, &x->kv[l], k, v, n, x->pos));
+    if (!stored) CK(gp_cu_kv_store(x->d, &x->kv[l], k, v, n, x->pos));
     return GP_OK;
 }
 
@@ -339,12 +339,15 @@ static gp_status attn_block(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int
         CK(gp_cu_rmsnorm(d, k, k, &W[WI(k_norm)], n * nkv, hd, eps, po));
     }
     const float *inv_freq = cfg->window[l] > 0 ? x->dm->inv_sliding : x->dm->inv_full;
-    if (n == 1 && k == q + (size_t)nh * hd) CK(gp_cu_rope(d, q, 1, nh + nkv, hd, x->pos, inv_freq));
+    /* decode: rope of q and k and the cache store in one kernel (storing before attention is safe for one token:
+     * the slot it overwrites holds a position the query no longer sees) */
+    const int stored = n == 1 && k == q + (size_t)nh * hd;
+    if (stored) CK(gp_cu_rope_store(d, q, nh, nkv, hd, x->pos, inv_freq, v, &x->kv[l]));
     else {
         CK(gp_cu_rope(d, q, n, nh, hd, x->pos, inv_freq));
         CK(gp_cu_rope(d, k, n, nkv, hd, x->pos, inv_freq));
     }
-    gp_status s = attention(c, x, l, n, pos0, q, k, v);
+    gp_status s = attention(c, x, l, n, pos0, q, k, v, stored);
     if (s) return s;
     if (a->sandwich_norms) {
         CK(gp_cu_matmul(d, x->h, x->att, &W[WI(wo)], &W[WI(bo)], n));
@@ -367,21 +370,23 @@ static gp_status layer(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int32_t 
     gp_status s = attn_block(c, x, l, n, pos0);
     if (s) return s;
     CK(gp_cu_rmsnorm(d, x->h, x->x, &W[WI(ffn_norm)], n, E, eps, po));
-    float *gate = x->gate;
-    if (n == 1 && F[2].data) { /* gate|up stacked: one projection */
-        gate = x->gu;
-        CK(gp_cu_matmul(d, gate, x->h, &F[2], &F[3], 1));
-        CK(gp_cu_glu(d, gate, gate + FF, FF, act));
+    const int sw = a->sandwich_norms;
+    if (n == 1 && F[2].data) { /* decode: gate|up stacked into one projection */
+        CK(gp_cu_matmul(d, x->gu, x->h, &F[2], &F[3], 1));
+        CK(gp_cu_glu(d, x->gu, x->gu + FF, FF, act));
+        if (sw) CK(gp_cu_matmul(d, x->h, x->gu, &W[WI(w_down)], &W[WI(b_down)], 1));
+        else CK(gp_cu_matmul_add(d, x->x, x->gu, &W[WI(w_down)], &W[WI(b_down)], 1));
     } else {
-        CK(gp_cu_matmul(d, gate, x->h, &W[WI(w_gate)], &W[WI(b_gate)], n));
+        CK(gp_cu_matmul(d, x->gate, x->h, &W[WI(w_gate)], &W[WI(b_gate)], n));
         CK(gp_cu_matmul(d, x->up, x->h, &W[WI(w_up)], &W[WI(b_up)], n));
-        CK(gp_cu_glu(d, gate, x->up, (int64_t)n * FF, act));
+        CK(gp_cu_glu(d, x->gate, x->up, (int64_t)n * FF, act));
+        if (sw) CK(gp_cu_matmul(d, x->h, x->gate, &W[WI(w_down)], &W[WI(b_down)], n));
+        else CK(gp_cu_matmul_add(d, x->x, x->gate, &W[WI(w_down)], &W[WI(b_down)], n));
     }
-    if (a->sandwich_norms) {
-        CK(gp_cu_matmul(d, x->h, gate, &W[WI(w_down)], &W[WI(b_down)], n));
+    if (sw) {
         CK(gp_cu_rmsnorm(d, x->h, x->h, &W[WI(ffn_post_norm)], n, E, eps, po));
         CK(gp_cu_add(d, x->x, x->h, (int64_t)n * E));
-    } else CK(gp_cu_matmul_add(d, x->x, gate, &W[WI(w_down)], &W[WI(b_down)], n));
+    }
     const gp_steer_state *st = &c->steer; /* residual hooks: a * vector added on the device */
     for (int32_t k = 0; k < st->n_hooks; k++) {
         const gp_steer_active *h = &st->hooks[k];

@@ -328,4 +328,53 @@ TEST(cuda_ops_kv_store_ring_keeps_the_last_writer) {
     gp_cu_release(d, c.k); gp_cu_release(d, c.v); gp_cu_release(d, dk); gp_cu_release(d, dv); gp_cu_release(d, dpos);
 }
 
+TEST(cuda_ops_fused_decode_ops_give_the_separate_ops_bits) {
+    gp_cu *d = dev();
+    if (!d) return;
+    /* GLU inside the projection (with and without the residual add) == glu then matmul (then add) */
+    const int64_t R = 72, K = 2048;
+    for (int act = 0; act < 2; act++) {
+        gp_wt w = host_wt(GP_DTYPE_BF16, R, K, 51 + act), b = host_wt(GP_DTYPE_BF16, 1, R, 61);
+        float *gu = rand_f32((size_t)2 * K, 71 + act, 6.0f), *res = rand_f32((size_t)R, 81, 2.0f);
+        gp_cu_wt dw = dev_wt(d, &w), db = dev_wt(d, &b);
+        float *dgu = up(d, gu, (size_t)2 * K * 4), *dy = NULL, *dr = up(d, res, (size_t)R * 4), *dr2 = up(d, res, (size_t)R * 4);
+        gp_cu_alloc(d, (void **)&dy, (size_t)R * 4);
+        CHECK_EQ_INT(gp_cu_matmul_glu(d, dy, dgu, &dw, &db, 1, act, 0), 0);
+        CHECK_EQ_INT(gp_cu_matmul_glu(d, dr, dgu, &dw, &db, 1, act, 1), 0);
+        float *y1 = down(d, dy, (size_t)R), *r1 = down(d, dr, (size_t)R);
+        CHECK_EQ_INT(gp_cu_glu(d, dgu, dgu + K, K, act), 0);
+        CHECK_EQ_INT(gp_cu_matmul(d, dy, dgu, &dw, &db, 1), 0);
+        CHECK_EQ_INT(gp_cu_matmul_add(d, dr2, dgu, &dw, &db, 1), 0);
+        float *y2 = down(d, dy, (size_t)R), *r2 = down(d, dr2, (size_t)R);
+        CHECK(memcmp(y1, y2, (size_t)R * 4) == 0);
+        CHECK(memcmp(r1, r2, (size_t)R * 4) == 0);
+        free(y1); free(y2); free(r1); free(r2); free(gu); free(res); free((void *)w.data); free((void *)b.data);
+        gp_cu_release(d, (void *)dw.data); gp_cu_release(d, (void *)db.data); gp_cu_release(d, dgu);
+        gp_cu_release(d, dy); gp_cu_release(d, dr); gp_cu_release(d, dr2);
+    }
+    /* rope + store in one kernel == rope then kv_store (ring with pinned positions, position past the ring) */
+    const int32_t nh = 4, nkv = 2, hd = 32, kvd = nkv * hd, cap = 12, keep = 2, pos = 29;
+    float inv[16];
+    for (int i = 0; i < 16; i++) inv[i] = powf(10000.0f, -(float)(2 * i) / hd);
+    float *qk = rand_f32((size_t)(nh + nkv) * hd, 91, 2.0f), *v = rand_f32((size_t)kvd, 92, 2.0f);
+    float *a1 = up(d, qk, (size_t)(nh + nkv) * hd * 4), *a2 = up(d, qk, (size_t)(nh + nkv) * hd * 4);
+    float *dv = up(d, v, (size_t)kvd * 4), *dinv = up(d, inv, sizeof inv);
+    int32_t *dpos = up(d, &pos, 4);
+    float *z = calloc((size_t)cap * kvd, 4);
+    gp_cu_kv c1 = {up(d, z, (size_t)cap * kvd * 4), up(d, z, (size_t)cap * kvd * 4), cap, keep, kvd};
+    gp_cu_kv c2 = {up(d, z, (size_t)cap * kvd * 4), up(d, z, (size_t)cap * kvd * 4), cap, keep, kvd};
+    CHECK_EQ_INT(gp_cu_rope_store(d, a1, nh, nkv, hd, dpos, dinv, dv, &c1), 0);
+    CHECK_EQ_INT(gp_cu_rope(d, a2, 1, nh + nkv, hd, dpos, dinv), 0);
+    CHECK_EQ_INT(gp_cu_kv_store(d, &c2, a2 + (size_t)nh * hd, dv, 1, dpos), 0);
+    float *h1 = down(d, a1, (size_t)(nh + nkv) * hd), *h2 = down(d, a2, (size_t)(nh + nkv) * hd);
+    float *k1 = down(d, c1.k, (size_t)cap * kvd), *k2 = down(d, c2.k, (size_t)cap * kvd);
+    float *v1 = down(d, c1.v, (size_t)cap * kvd), *v2 = down(d, c2.v, (size_t)cap * kvd);
+    CHECK(memcmp(h1, h2, (size_t)(nh + nkv) * hd * 4) == 0);
+    CHECK(memcmp(k1, k2, (size_t)cap * kvd * 4) == 0);
+    CHECK(memcmp(v1, v2, (size_t)cap * kvd * 4) == 0);
+    free(h1); free(h2); free(k1); free(k2); free(v1); free(v2); free(qk); free(v); free(z);
+    gp_cu_release(d, a1); gp_cu_release(d, a2); gp_cu_release(d, dv); gp_cu_release(d, dinv); gp_cu_release(d, dpos);
+    gp_cu_release(d, c1.k); gp_cu_release(d, c1.v); gp_cu_release(d, c2.k); gp_cu_release(d, c2.v);
+}
+
 #endif

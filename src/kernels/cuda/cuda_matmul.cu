@@ -3,6 +3,7 @@
  * (8 bf16/f16 or 4 f32 weights), widening to float32 in registers; lane l takes vectors l, l+32, ... and the warp
  * sums its lanes by the xor butterfly, so an element's bits depend on nothing but its row and its token (the same
  * for decode and every prefill chunking).  gp_cu_matmul_cublas: float32 SGEMM through cuBLAS for long prefills. */
+#include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 #include <cublas_v2.h>
@@ -70,11 +71,14 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 /* Grid (ceil(rows / WARPS_PER_BLOCK), ceil(n / T)); warp = row, blockIdx.y = tile of T tokens.  VEC: the 16-byte
- * path (cols a multiple of the vector width, rows 16-byte aligned), else one element per lane per step. */
-template <int DT, int T, bool VEC>
+ * path (cols a multiple of the vector width, rows 16-byte aligned), else one element per lane per step.
+ * GLU: the input row t is act(x[t, k]) * x[t, cols + k] (rows of 2 cols: gate then up), computed on the fly with
+ * glu_val, the GLU op's own expression (so the bits of glu followed by the plain product). */
+template <int DT, int T, bool VEC, bool GLU>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     matmul_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
-                  int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int accum) {
+                  int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int accum, int act) {
+    pdl_enter();
     typedef vec_traits<DT> V;
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
@@ -103,10 +107,17 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
 #pragma unroll
                 for (int t = 0; t < T; t++) {
                     if (t < nt) {
-                        const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols + v * V::E);
+                        const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols * (GLU ? 2 : 1) + v * V::E);
 #pragma unroll
                         for (int q = 0; q < V::E / 4; q++) {
                             float4 a = __ldg(xv + q);
+                            if (GLU) {
+                                const float4 u = __ldg((const float4 *)((const float *)xv + cols) + q);
+                                a.x = glu_val(a.x, u.x, act);
+                                a.y = glu_val(a.y, u.y, act);
+                                a.z = glu_val(a.z, u.z, act);
+                                a.w = glu_val(a.w, u.w, act);
+                            }
                             acc[t] = fmaf(wf[4 * q], a.x, acc[t]);
                             acc[t] = fmaf(wf[4 * q + 1], a.y, acc[t]);
                             acc[t] = fmaf(wf[4 * q + 2], a.z, acc[t]);
@@ -121,7 +132,10 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
             const float wk = V::one(W, r * cols + k);
 #pragma unroll
             for (int t = 0; t < T; t++)
-                if (t < nt) acc[t] = fmaf(wk, x[(size_t)(t0 + t) * cols + k], acc[t]);
+                if (t < nt) {
+                    const float *xr = x + (size_t)(t0 + t) * cols * (GLU ? 2 : 1);
+                    acc[t] = fmaf(wk, GLU ? glu_val(xr[k], xr[cols + k], act) : xr[k], acc[t]);
+                }
         }
     }
     const float b = bias ? bias_at(bias, bias_dt, r) : 0.0f;
@@ -138,23 +152,30 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
 
 template <int DT, int T>
 static void launch_dt(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
-                      bool vec, int acc) {
+                      bool vec, int acc, int act) {
     dim3 grid((unsigned)((w->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), (unsigned)((n + T - 1) / T));
-    if (vec)
-        matmul_kernel<DT, T, true><<<grid, WARPS_PER_BLOCK * 32, 0, s>>>(y, x, w->data, w->rows, w->cols, b, bdt, n, acc);
+    const dim3 blk(WARPS_PER_BLOCK * 32);
+    if (act >= 0 && vec)
+        launch(matmul_kernel<DT, T, true, true>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
+    else if (act >= 0)
+        launch(matmul_kernel<DT, T, false, true>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
+    else if (vec)
+        launch(matmul_kernel<DT, T, true, false>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
     else
-        matmul_kernel<DT, T, false><<<grid, WARPS_PER_BLOCK * 32, 0, s>>>(y, x, w->data, w->rows, w->cols, b, bdt, n, acc);
+        launch(matmul_kernel<DT, T, false, false>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
 }
 
 template <int T>
 static void launch_t(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
-                     bool vec, int acc) {
-    if (w->dtype == GP_CU_F32) launch_dt<GP_CU_F32, T>(s, y, x, w, b, bdt, n, vec, acc);
-    else if (w->dtype == GP_CU_BF16) launch_dt<GP_CU_BF16, T>(s, y, x, w, b, bdt, n, vec, acc);
-    else launch_dt<GP_CU_F16, T>(s, y, x, w, b, bdt, n, vec, acc);
+                     bool vec, int acc, int act) {
+    if (w->dtype == GP_CU_F32) launch_dt<GP_CU_F32, T>(s, y, x, w, b, bdt, n, vec, acc, act);
+    else if (w->dtype == GP_CU_BF16) launch_dt<GP_CU_BF16, T>(s, y, x, w, b, bdt, n, vec, acc, act);
+    else launch_dt<GP_CU_F16, T>(s, y, x, w, b, bdt, n, vec, acc, act);
 }
 
-static int matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n, int acc) {
+/* act < 0: plain product; else the GLU input rows [n, 2 cols] (matmul_kernel's GLU). */
+static int matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n, int acc,
+                  int act) {
     if (n <= 0 || w->rows <= 0) return 0;
     const int E = w->dtype == GP_CU_F32 ? 4 : 8;
     const size_t esz = w->dtype == GP_CU_F32 ? 4 : 2;
@@ -163,29 +184,36 @@ static int matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const g
     const void *b = bias && bias->data ? bias->data : NULL;
     const int bdt = b ? bias->dtype : 0;
     cudaStream_t s = gp_cu_stream(d);
-    if (n == 1) launch_t<1>(s, y, x, w, b, bdt, n, vec, acc);
-    else launch_t<TOK_TILE>(s, y, x, w, b, bdt, n, vec, acc);
+    if (n == 1) launch_t<1>(s, y, x, w, b, bdt, n, vec, acc, act);
+    else launch_t<TOK_TILE>(s, y, x, w, b, bdt, n, vec, acc, act);
     return (int)cudaGetLastError();
 }
 
 extern "C" int gp_cu_matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n) {
-    return matmul(d, y, x, w, bias, n, 0);
+    return matmul(d, y, x, w, bias, n, 0, -1);
 }
 
 extern "C" int gp_cu_matmul_add(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias,
                                 int32_t n) {
-    return matmul(d, y, x, w, bias, n, 1);
+    return matmul(d, y, x, w, bias, n, 1, -1);
+}
+
+extern "C" int gp_cu_matmul_glu(gp_cu *d, float *y, const float *gu, const gp_cu_wt *w, const gp_cu_wt *bias,
+                                int32_t n, int32_t act, int accum) {
+    return matmul(d, y, gu, w, bias, n, accum, act);
 }
 
 /* wide [rows*cols] = W widened to float32 */
 template <int DT>
 __global__ void widen_kernel(float *__restrict__ out, const void *__restrict__ W, int64_t n) {
+    pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = vec_traits<DT>::one(W, i);
 }
 
 /* y [n, rows] += bias [rows] */
 __global__ void bias_kernel(float *__restrict__ y, const void *__restrict__ b, int dt, int64_t rows, int64_t total) {
+    pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
         y[i] += bias_at(b, dt, i % rows);
 }
@@ -198,8 +226,8 @@ extern "C" int gp_cu_matmul_cublas(gp_cu *d, float *y, const float *x, const gp_
     const int64_t total = w->rows * w->cols;
     if (w->dtype != GP_CU_F32) {
         const int blocks = (int)((total + 255) / 256 < 65536 ? (total + 255) / 256 : 65536);
-        if (w->dtype == GP_CU_BF16) widen_kernel<GP_CU_BF16><<<blocks, 256, 0, s>>>(wide, w->data, total);
-        else widen_kernel<GP_CU_F16><<<blocks, 256, 0, s>>>(wide, w->data, total);
+        if (w->dtype == GP_CU_BF16) launch(widen_kernel<GP_CU_BF16>, blocks, 256, 0, s, wide, w->data, total);
+        else launch(widen_kernel<GP_CU_F16>, blocks, 256, 0, s, wide, w->data, total);
         A = wide;
     }
     /* column-major view: Y^T [rows, n] = (W^T)^T [rows, cols] @ X^T [cols, n] */
@@ -211,7 +239,7 @@ extern "C" int gp_cu_matmul_cublas(gp_cu *d, float *y, const float *x, const gp_
     if (bias && bias->data) {
         const int64_t t = w->rows * (int64_t)n;
         const int blocks = (int)((t + 255) / 256 < 65536 ? (t + 255) / 256 : 65536);
-        bias_kernel<<<blocks, 256, 0, s>>>(y, bias->data, bias->dtype, w->rows, t);
+        launch(bias_kernel, blocks, 256, 0, s, y, bias->data, bias->dtype, w->rows, t);
     }
     return (int)cudaGetLastError();
 }

@@ -1,6 +1,7 @@
 /* cuda_ops.cu — the element-wise, normalization, embedding, rope, KV-store and attention ops of the CUDA backend
  * (cuda_ops.h).  Reductions (RMSNorm's sum of squares, softmax sums, attention's split combine) run in one fixed
  * order per output: per-thread strided partials, the warp's xor butterfly, then the warps in index order. */
+#include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 #include <cuda_bf16.h>
@@ -58,6 +59,7 @@ static inline int grid_for(int64_t n, int threads) {
 
 /* ---- RMSNorm: block per row ---- */
 __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, int32_t dim, float eps, int plus_one) {
+    pdl_enter();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
@@ -75,33 +77,73 @@ extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt 
                              int plus_one) {
     if (n <= 0) return 0;
     const int threads = dim >= 1024 ? 256 : dim >= 128 ? 128 : 32;
-    rmsnorm_kernel<<<n, threads, 0, gp_cu_stream(d)>>>(y, x, w->data, w->dtype, dim, eps, plus_one);
+    launch(rmsnorm_kernel, n, threads, 0, gp_cu_stream(d), y, x, w->data, w->dtype, dim, eps, plus_one);
     return (int)cudaGetLastError();
 }
 
 /* ---- rope: block per (token, head), thread per rotated pair ---- */
+/* Rotates the pair (v[i], v[i + half]) of a head at position p; returns the new values in *a, *b too. */
+__device__ __forceinline__ void rotate_pair(float *v, int i, int half, float p, const float *inv_freq, float *a,
+                                            float *b) {
+    const float ang = p * inv_freq[i], c = cosf(ang), s = sinf(ang);
+    const float x1 = v[i], x2 = v[i + half];
+    *a = x1 * c - x2 * s;
+    *b = x2 * c + x1 * s;
+    v[i] = *a;
+    v[i + half] = *b;
+}
+
 __global__ void rope_kernel(float *x, int32_t heads, int32_t hd, const int32_t *pos0, const float *inv_freq) {
+    pdl_enter();
     const int32_t t = blockIdx.x / heads, half = hd / 2;
     float *v = x + (size_t)blockIdx.x * hd;
     const float p = (float)(*pos0 + t);
+    float a, b;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) rotate_pair(v, i, half, p, inv_freq, &a, &b);
+}
+
+__device__ __forceinline__ int32_t kv_slot(int32_t j, int32_t cap, int32_t keep) {
+    return j < keep ? j : keep + (j - keep) % (cap - keep);
+}
+
+/* Block per head of q|k [nh + nkv, hd] (one token): rotate; k heads and their v heads also go to the cache. */
+__global__ void rope_store_kernel(float *qk, int32_t nh, int32_t hd, const int32_t *pos0, const float *inv_freq,
+                                  const float *v, gp_cu_kv c) {
+    pdl_enter();
+    const int32_t h = blockIdx.x, half = hd / 2, j = *pos0;
+    float *x = qk + (size_t)h * hd;
+    float a, b;
+    const size_t o = (size_t)kv_slot(j, c.cap, c.keep) * c.kvd + (size_t)(h - nh) * hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const float a = p * inv_freq[i], c = cosf(a), s = sinf(a);
-        const float x1 = v[i], x2 = v[i + half];
-        v[i] = x1 * c - x2 * s;
-        v[i + half] = x2 * c + x1 * s;
+        rotate_pair(x, i, half, (float)j, inv_freq, &a, &b);
+        if (h >= nh) {
+            c.k[o + i] = a;
+            c.k[o + i + half] = b;
+            c.v[o + i] = v[(size_t)(h - nh) * hd + i];
+            c.v[o + i + half] = v[(size_t)(h - nh) * hd + i + half];
+        }
     }
+}
+
+extern "C" int gp_cu_rope_store(gp_cu *d, float *qk, int32_t nh, int32_t nkv, int32_t hd, const int32_t *pos0,
+                                const float *inv_freq, const float *v, const gp_cu_kv *c) {
+    if (nh + nkv <= 0 || hd < 2) return 0;
+    const int threads = hd / 2 >= 64 ? 64 : 32;
+    launch(rope_store_kernel, nh + nkv, threads, 0, gp_cu_stream(d), qk, nh, hd, pos0, inv_freq, v, *c);
+    return (int)cudaGetLastError();
 }
 
 extern "C" int gp_cu_rope(gp_cu *d, float *x, int32_t n, int32_t heads, int32_t hd, const int32_t *pos0,
                           const float *inv_freq) {
     if (n <= 0 || heads <= 0 || hd < 2) return 0;
     const int threads = hd / 2 >= 64 ? 64 : 32;
-    rope_kernel<<<n * heads, threads, 0, gp_cu_stream(d)>>>(x, heads, hd, pos0, inv_freq);
+    launch(rope_kernel, n * heads, threads, 0, gp_cu_stream(d), x, heads, hd, pos0, inv_freq);
     return (int)cudaGetLastError();
 }
 
 /* ---- embedding ---- */
 __global__ void embed_kernel(float *y, const int32_t *ids, const void *table, int dt, int64_t cols, float scale) {
+    pdl_enter();
     const int64_t row = ids[blockIdx.x];
     float *yr = y + (size_t)blockIdx.x * cols;
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
@@ -112,41 +154,37 @@ __global__ void embed_kernel(float *y, const int32_t *ids, const void *table, in
 
 extern "C" int gp_cu_embed(gp_cu *d, float *y, const int32_t *ids, int32_t n, const gp_cu_wt *table, float scale) {
     if (n <= 0) return 0;
-    embed_kernel<<<n, 256, 0, gp_cu_stream(d)>>>(y, ids, table->data, table->dtype, table->cols, scale);
+    launch(embed_kernel, n, 256, 0, gp_cu_stream(d), y, ids, table->data, table->dtype, table->cols, scale);
     return (int)cudaGetLastError();
 }
 
 /* ---- element-wise ---- */
 __global__ void glu_kernel(float *g, const float *u, int64_t n, int act) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const float x = g[i];
-        if (act == GP_CU_ACT_SILU) g[i] = x / (1.0f + expf(-x)) * u[i];
-        else {
-            const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
-            const float inner = beta * (x + kappa * x * x * x);
-            g[i] = 0.5f * x * (1.0f + tanhf(inner)) * u[i];
-        }
-    }
+    pdl_enter();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        g[i] = glu_val(g[i], u[i], act);
 }
 
 extern "C" int gp_cu_glu(gp_cu *d, float *gate, const float *up, int64_t n, int32_t act) {
     if (n <= 0) return 0;
-    glu_kernel<<<grid_for(n, 256), 256, 0, gp_cu_stream(d)>>>(gate, up, n, act);
+    launch(glu_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), gate, up, n, act);
     return (int)cudaGetLastError();
 }
 
 __global__ void add_kernel(float *y, const float *x, int64_t n) {
+    pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] += x[i];
 }
 
 extern "C" int gp_cu_add(gp_cu *d, float *y, const float *x, int64_t n) {
     if (n <= 0) return 0;
-    add_kernel<<<grid_for(n, 256), 256, 0, gp_cu_stream(d)>>>(y, x, n);
+    launch(add_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), y, x, n);
     return (int)cudaGetLastError();
 }
 
 __global__ void add_rows_kernel(float *y, const float *v, float alpha, int32_t dim, int64_t total) {
+    pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
         y[i] += alpha * v[i % dim];
 }
@@ -154,28 +192,27 @@ __global__ void add_rows_kernel(float *y, const float *v, float alpha, int32_t d
 extern "C" int gp_cu_add_rows(gp_cu *d, float *y, const float *v, float alpha, int32_t n, int32_t dim) {
     const int64_t total = (int64_t)n * dim;
     if (total <= 0) return 0;
-    add_rows_kernel<<<grid_for(total, 256), 256, 0, gp_cu_stream(d)>>>(y, v, alpha, dim, total);
+    launch(add_rows_kernel, grid_for(total, 256), 256, 0, gp_cu_stream(d), y, v, alpha, dim, total);
     return (int)cudaGetLastError();
 }
 
 __global__ void softcap_kernel(float *x, int64_t n, float cap) {
+    pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] = tanhf(x[i] / cap) * cap;
 }
 
 extern "C" int gp_cu_softcap(gp_cu *d, float *x, int64_t n, float cap) {
     if (n <= 0) return 0;
-    softcap_kernel<<<grid_for(n, 256), 256, 0, gp_cu_stream(d)>>>(x, n, cap);
+    launch(softcap_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), x, n, cap);
     return (int)cudaGetLastError();
 }
 
 /* ---- KV cache ---- */
-__device__ __forceinline__ int32_t kv_slot(int32_t j, int32_t cap, int32_t keep) {
-    return j < keep ? j : keep + (j - keep) % (cap - keep);
-}
 
 __global__ void kv_store_kernel(float *kc, float *vc, const float *k, const float *v, int32_t n, int32_t kvd,
                                 int32_t cap, int32_t keep, const int32_t *pos0) {
+    pdl_enter();
     const int64_t total = (int64_t)n * kvd;
     const int32_t p0 = *pos0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -191,7 +228,7 @@ extern "C" int gp_cu_kv_store(gp_cu *d, const gp_cu_kv *c, const float *k, const
                               const int32_t *pos0) {
     const int64_t total = (int64_t)n * c->kvd;
     if (total <= 0) return 0;
-    kv_store_kernel<<<grid_for(total, 256), 256, 0, gp_cu_stream(d)>>>(c->k, c->v, k, v, n, c->kvd, c->cap, c->keep,
+    launch(kv_store_kernel, grid_for(total, 256), 256, 0, gp_cu_stream(d), c->k, c->v, k, v, n, c->kvd, c->cap, c->keep,
                                                                        pos0);
     return (int)cudaGetLastError();
 }
@@ -214,6 +251,7 @@ __device__ __forceinline__ const float *kv_row(const gp_cu_attn &a, const gp_cu_
  * have p = 0 and their rows, always finite, add exactly 0), then the groups' sums are added in order g = 0..G-1.
  * Every order is fixed by the call's shapes alone, so the bits do not depend on scheduling or chunking. */
 __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, gp_cu_kv c) {
+    pdl_enter();
     extern __shared__ float sm[]; /* q [hd], scores [SPLIT], reduce [32], group sums [ATT_THREADS] */
     float *qs = sm, *sc = sm + a.head_dim, *red = sc + GP_CU_ATTN_SPLIT, *gs = red + 32;
     const int32_t s = blockIdx.x, h = blockIdx.y, t = blockIdx.z, hd = a.head_dim;
@@ -304,6 +342,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, g
 
 /* Block per (query, head): combines the splits in order. */
 __global__ void attn_combine_kernel(gp_cu_attn a) {
+    pdl_enter();
     const int32_t th = blockIdx.x, t = th / a.n_heads, hd = a.head_dim;
     const int32_t p = *a.pos0 + a.t_off + t, ns = p / GP_CU_ATTN_SPLIT + 1;
     const float *part = a.part + (size_t)th * a.n_splits * (hd + 2);
@@ -330,7 +369,7 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
     cudaStream_t s = gp_cu_stream(d);
     const size_t sh = (size_t)(a->head_dim + GP_CU_ATTN_SPLIT + 32 + ATT_THREADS) * sizeof(float);
     dim3 grid((unsigned)a->n_splits, (unsigned)a->n_heads, (unsigned)a->n);
-    attn_split_kernel<<<grid, ATT_THREADS, sh, s>>>(*a, *a->cache);
-    attn_combine_kernel<<<a->n * a->n_heads, 64, 0, s>>>(*a);
+    launch(attn_split_kernel, grid, ATT_THREADS, sh, s, *a, *a->cache);
+    launch(attn_combine_kernel, a->n * a->n_heads, 64, 0, s, *a);
     return (int)cudaGetLastError();
 }

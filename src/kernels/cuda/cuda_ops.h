@@ -66,6 +66,12 @@ void gp_cu_graph_free(void *exec);
 int gp_cu_matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n);
 /* y [n, w.rows] += x @ W^T (+ bias): gp_cu_matmul's product then the residual add, the bits of the two ops. */
 int gp_cu_matmul_add(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n);
+/* y [n, w.rows] (+)= (act(gu[:, :cols]) * gu[:, cols:]) @ W^T (+ bias), gu [n, 2 * w.cols]: the GLU op and the
+ * product (and the residual add when accum) in one kernel, with their bits.  Not used by the forward: every row
+ * recomputes the activation of the whole input, which on the H100 cost more (Llama-3.2-1B decode 644 -> 504
+ * tokens/s) than the launch it saves. */
+int gp_cu_matmul_glu(gp_cu *d, float *y, const float *gu, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n,
+                     int32_t act, int accum);
 /* The same product through cuBLAS (float32 compute, no TF32): W is widened to float32 into wide [rows*cols] first
  * when it is not float32.  Deterministic run to run for a given shape, but not the bits of gp_cu_matmul. */
 int gp_cu_matmul_cublas(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n,
@@ -96,6 +102,11 @@ typedef struct gp_cu_kv {
 /* Stores the chunk's rows k, v [n, kvd] at positions *pos0 + t (the last of the chunk's positions sharing a slot
  * wins, as if written in order). */
 int gp_cu_kv_store(gp_cu *d, const gp_cu_kv *c, const float *k, const float *v, int32_t n, const int32_t *pos0);
+
+/* One token (decode): q|k [nh + nkv heads, hd] rotated in place at position *pos0, and the rotated k heads and
+ * v [nkv, hd] stored into the cache at that position: gp_cu_rope then gp_cu_kv_store in one kernel, same bits. */
+int gp_cu_rope_store(gp_cu *d, float *qk, int32_t nh, int32_t nkv, int32_t hd, const int32_t *pos0,
+                     const float *inv_freq, const float *v, const gp_cu_kv *c);
 
 /* Attention of a chunk of n queries at positions *pos0 + t: keys/values before *pos0 from the cache, those of the
  * chunk from k_new/v_new.  Query p sees key j iff j <= p and (window == 0 or p - j < window or j < keep). */
