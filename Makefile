@@ -1,6 +1,7 @@
 # genparity — build, test and benchmark.
 #   make            build/genparity, build/libgenparity.a, build/libgenparity.so
-#   make test       build and run the whole suite (ends with "N passed, N failed, N skipped")
+#   make test       build and run the whole suite (ends with "N passed, N failed, N skipped"), then the Python
+#                   tests (python/tests, pytest from .venv; scripts/python-tests.sh)
 #   make asan       the unit suite once under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   make bench-tokenizer  tokenizer load time and encode/decode MB/s on the fixture tokenizers
 #   make bench-compare    genparity and llama.cpp side by side on the same weights (bench/compare.sh; needs
@@ -16,11 +17,14 @@ CC      ?= gcc
 OPT     ?= -O2
 SAN     ?=
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter \
-              -fPIC -fopenmp -Iinclude -Isrc -Itests -I/usr/include/cjson $(SAN)
+              -fPIC -Iinclude -Isrc -Itests -I/usr/include/cjson $(SAN)
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS  = -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
-LDFLAGS_ALL = -fopenmp $(SAN) $(LDFLAGS)
+SERVER_LDLIBS = -lmicrohttpd
+LDFLAGS_ALL = $(SAN) $(LDFLAGS)
+# only the CLI's bandwidth probe (cli/cmd_bench.c) uses OpenMP; the library passes thread counts explicitly
+OMP     = -fopenmp
 
 LIB_SRC  := $(shell find src -name '*.c' | sort)
 # CUDA backend (GP_CUDA=1, set by `make cuda`): src/**/*.cu through nvcc, linked with cudart (static) and cuBLAS
@@ -34,7 +38,7 @@ CFLAGS_BASE += -DGP_CUDA=1
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
 endif
 CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
-CLI_SRC  := $(shell find cli -name '*.c' | sort)
+CLI_SRC  := $(shell find cli server -name '*.c' | sort)
 TEST_SRC := $(shell find tests -name '*.c' | sort)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
@@ -51,6 +55,8 @@ deps-check:
 
 deps:
 	@sh scripts/install-deps.sh
+
+$(CLI_OBJ): ALL_CFLAGS += $(OMP)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -77,7 +83,7 @@ $(BUILD)/libgenparity.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
 
 $(BUILD)/genparity: $(CLI_OBJ) $(BUILD)/libgenparity.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libgenparity.a $(OMP) $(LDFLAGS_ALL) $(LDLIBS) $(SERVER_LDLIBS)
 
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libgenparity.a
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
@@ -91,6 +97,7 @@ $(BUILD)/header-check.stamp: include/genparity.h
 
 test: all $(BUILD)/run_tests $(BUILD)/header-check.stamp
 	GENPARITY_BIN=$(BUILD)/genparity ./$(BUILD)/run_tests $(T)
+	GENPARITY_BIN=$(BUILD)/genparity sh scripts/python-tests.sh $(T)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \

@@ -59,6 +59,14 @@ int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p);
 void cli_ctx_flags_help(FILE *f);
 int cmd_make_model(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_chat_template(int argc, char **argv);
+
+/* Chat helpers (cli/cmd_chat.c): ISO-8601 date to epoch seconds (0, or -1 if malformed); whole file as a malloc'd
+ * NUL-terminated string (NULL + library error on failure); the template of --model DIR or --template FILE (0, or 1
+ * after printing the error). */
+int cli_parse_iso8601(const char *s, int64_t *out);
+char *cli_read_text(const char *path);
+int cli_load_template(const char *model, const char *tfile, const char *config, gp_chat_template **t);
 
 /* Prints "genparity: <what>: <library message>" to stderr and returns 1. */
 int cli_fail(const char *what);

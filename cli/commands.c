@@ -9,6 +9,7 @@
  *   3. add one row below: name, one-line summary (shown by `genparity --help`), usage line.  Rows appear in this
  *      order in the help; keep related commands together. */
 #include "cli.h"
+#include "../server/server.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,12 @@ const cli_command cli_commands[] = {
      "genparity bench --model DIR [--model DIR ...] [-p 512] [-n 128] [-r 5] [--threads T]", cmd_bench},
     {"make-model", "write a random-weight model folder of a real shape",
      "genparity make-model --shape NAME [--dtype f32|bf16|f16] [--seed N] [--layers N] -o DIR", cmd_make_model},
+    {"chat-template", "render a conversation through a model's chat template",
+     "genparity chat-template (--model DIR | --template FILE) --messages FILE.json [--add-generation-prompt]",
+     cmd_chat_template},
+    {"serve", "OpenAI-compatible HTTP server",
+     "genparity serve --model DIR [--host 127.0.0.1] [--port 8080] [--parallel N] [--max-queue M] [--api-key KEY]",
+     cmd_serve},
     {"version", "print the version", "genparity version", cmd_version},
     {NULL, NULL, NULL, NULL},
 };

@@ -58,7 +58,8 @@ typedef enum gp_status {
     GP_ERR_MISSING = 6,     /* a required file, tensor or field is absent */
     GP_ERR_RANGE = 7,       /* a value (token id, position, context length) is outside its valid range */
     GP_ERR_STATE = 8,       /* the call is not valid in the handle's current state */
-    GP_ERR_CANCELLED = 9    /* a callback asked to stop */
+    GP_ERR_CANCELLED = 9,   /* a callback asked to stop */
+    GP_ERR_TEMPLATE = 10    /* a chat template failed while rendering; for raise_exception() the message is its text */
 } gp_status;
 
 /* Returns a static, human-readable name for a status ("GP_ERR_FORMAT"). Never NULL. */
@@ -551,6 +552,64 @@ gp_status gp_generate(gp_ctx *c, const int32_t *prompt, int32_t n_prompt, const 
 
 /* Frees the arrays inside a result and zeroes it; NULL is a no-op. */
 void gp_gen_result_free(gp_gen_result *r);
+
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Chat templates: Jinja2 rendered byte for byte as transformers' apply_chat_template(tokenize=False) renders it    */
+/* (sandboxed, trim_blocks + lstrip_blocks, loopcontrols, {% generation %}, tojson, raise_exception, strftime_now) */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+typedef struct gp_chat_template gp_chat_template;
+
+/* Loads a model folder's chat template(s): DIR/chat_template.jinja if present, else tokenizer_config.json's
+ * "chat_template" (a string, or a list of {"name", "template"}), plus tokenizer_config.json's special tokens
+ * (bos_token, eos_token, unk_token, sep_token, pad_token, cls_token, mask_token) as template variables.  Returns GP_OK
+ * and *out (caller frees with gp_chat_template_free); GP_ERR_MISSING when the folder has no template;
+ * GP_ERR_FORMAT ("file:line:col: ...") when a template does not parse. */
+gp_status gp_chat_template_load(const char *model_dir, gp_chat_template **out);
+
+/* Parses template text (len bytes) as a single template; tokenizer_config_path (may be NULL) supplies the special
+ * tokens; name (may be NULL) names it in error messages.  Returns as gp_chat_template_load. */
+gp_status gp_chat_template_from_string(const char *text, size_t len, const char *tokenizer_config_path,
+                                       const char *name, gp_chat_template **out);
+
+/* Frees a template; NULL is a no-op. */
+void gp_chat_template_free(gp_chat_template *t);
+
+/* Returns the value of a special token as the template sees it ("bos_token" -> "<s>"), or NULL; borrowed. */
+const char *gp_chat_template_special(const gp_chat_template *t, const char *name);
+
+#define GP_CHAT_NOW_CLOCK INT64_MIN
+
+typedef struct gp_chat_opts {
+    const char *messages_json;  /* required: JSON array of message objects ({"role", "content", "tool_calls", ...}) */
+    const char *tools_json;     /* NULL (the template sees tools = none) or a JSON array of tool schemas */
+    const char *documents_json; /* NULL (documents = none) or a JSON array */
+    const char *kwargs_json;    /* NULL or a JSON object of extra template variables (enable_thinking, ...); they
+                                   override the special tokens, as apply_chat_template's **kwargs do */
+    int32_t add_generation_prompt;
+    const char *template_name;  /* NULL: transformers' choice ("tool_use" when tools are given and it exists, else
+                                   "default", else the only template); else a name from tokenizer_config.json's list */
+    int64_t now;                /* seconds since the epoch behind strftime_now (formatted in UTC), or GP_CHAT_NOW_CLOCK
+                                   for the local clock as transformers does */
+} gp_chat_opts;
+
+/* Returns opts with every field empty/0 and now = GP_CHAT_NOW_CLOCK. */
+gp_chat_opts gp_chat_opts_default(void);
+
+/* Renders the conversation.  Returns GP_OK with *out a NUL-terminated text of *out_len bytes (caller frees with
+ * gp_free; out_len may be NULL); GP_ERR_FORMAT when a JSON input is malformed (message names it and the position);
+ * GP_ERR_TEMPLATE when rendering fails: gp_errmsg() is exactly the text of the template's raise_exception(), or
+ * "file:line:col: ..." for any other error (undefined value, type error, sandbox limit: nesting, 1e6 loop
+ * iterations, 64 MiB of output, 512 MiB of values). */
+gp_status gp_chat_template_render(const gp_chat_template *t, const gp_chat_opts *opts, char **out, size_t *out_len);
+
+/* Splits a chat model's reply into OpenAI-style fields: returns GP_OK and *json_out (caller frees with gp_free) =
+ * {"content": str|null, "reasoning_content": str|null, "tool_calls": [{"type": "function", "function": {"name",
+ * "arguments" (a JSON string)}}, ...]} where reasoning is the text of <think>...</think> (also when the opening tag
+ * was in the prompt) and tool calls are Hermes/Qwen <tool_call>{...}</tool_call> blocks or a Llama 3.x JSON
+ * {"name", "parameters"|"arguments"} reply; text that parses as neither stays in content. */
+gp_status gp_chat_parse_reply(const char *text, size_t len, char **json_out);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /* kvcache.c — KV cache storage: rings of slots per layer (plain, sliding-window or rotating with pinned positions),
- * float32 or affine-quantized rows, copy-on-write forks, trim, and cache files. */
+ * float32 or affine-quantized rows in backend memory, chunk staging and the attention descriptor, copy-on-write
+ * forks, trim, and cache files.  The only code that knows the ring and quantized layouts. */
 #include "cache/kvcache.h"
 #include "util/util.h"
 
@@ -11,11 +12,70 @@
 #define CACHE_FORMAT "genparity.kvcache"
 #define CACHE_VERSION "1"
 
+/* One layer's keys or values in backend memory. */
+typedef struct kv_store {
+    int refs;     /* caches sharing this buffer (copy-on-write) */
+    float *f;     /* [n_f, kvd] float32 slots (all slots when not quantized) */
+    uint8_t *q;   /* [cap, row_bytes] quantized slots (NULL when not quantized) */
+    float *scale; /* [cap, n_groups] */
+    float *minv;  /* [cap, n_groups] */
+} kv_store;
+
+typedef struct kv_layer {
+    kv_store *k, *v;
+    int32_t cap;     /* slots allocated */
+    int32_t cap_max; /* slots this layer may ever use */
+    int32_t n_f;     /* float32 slots allocated */
+    int32_t keep;    /* pinned positions (rotating) */
+    int32_t window;  /* 0 = every earlier position visible; else p - j < window (or j < keep) */
+} kv_layer;
+
+struct gp_cache {
+    char name[64];
+    gp_kv_params p;
+    gp_backend *be;
+    int32_t n_layers, kvd;
+    kv_layer *L;          /* [n_layers] */
+    int32_t n_past;       /* positions held */
+    int32_t *ids;         /* [ids_cap] token ids (host) */
+    int32_t ids_cap;
+    uint64_t steer_epoch; /* the context's steering epoch when position 0 was written */
+    int steer_mixed;      /* positions were written under different steering hooks: never reuse */
+    /* the chunk being appended: its float rows are the caller's k/v, its quantized rows are staged here */
+    const float *chunk_k, *chunk_v;
+    kv_store stage_k, stage_v; /* quantized rows [stage_rows] (bits > 0) */
+    int32_t stage_rows;
+};
+
 static int32_t n_groups(const gp_kv_params *p, int32_t kvd) { return p->bits ? (kvd + p->group - 1) / p->group : 0; }
 static int32_t row_bytes(const gp_kv_params *p, int32_t kvd) { return p->bits ? (kvd * p->bits + 7) / 8 : 0; }
+/* positions < q_start are float32 (all of them in a float cache) */
+static int32_t q_start(const gp_kv_params *p) { return p->bits ? p->q_start : INT32_MAX; }
 
-gp_status gp_cache_create(const char *name, const gp_kv_params *p, int32_t n_layers, int32_t kvd, const int32_t *window,
-                          gp_cache **out) {
+/* Slot of position j in a layer ring. */
+static inline int32_t slot_of(const kv_layer *L, int32_t j) {
+    return j < L->keep ? j : L->keep + (j - L->keep) % (L->cap - L->keep);
+}
+
+/* The backend view of a store. */
+static gp_kv_rows rows_of(const gp_cache *c, const kv_store *s) {
+    gp_kv_rows r = {0};
+    r.kvd = c->kvd;
+    r.bits = c->p.bits;
+    r.group = c->p.group;
+    r.n_groups = n_groups(&c->p, c->kvd);
+    r.row_bytes = row_bytes(&c->p, c->kvd);
+    if (s) {
+        r.f = s->f;
+        r.q = s->q;
+        r.scale = s->scale;
+        r.minv = s->minv;
+    }
+    return r;
+}
+
+gp_status gp_cache_create(const char *name, const gp_kv_params *p, gp_backend *be, int32_t n_layers, int32_t kvd,
+                          const int32_t *window, gp_cache **out) {
     *out = NULL;
     if (p->max_kv_size < 0 || p->keep < 0 || (p->max_kv_size > 0 && p->keep >= p->max_kv_size))
         return gp_set_error(GP_ERR_INVALID_ARG, "KV cache: need 0 <= keep < max_kv_size (got keep %d, max_kv_size %d)",
@@ -29,6 +89,7 @@ gp_status gp_cache_create(const char *name, const gp_kv_params *p, int32_t n_lay
     if (!c) return GP_ERR_NOMEM;
     snprintf(c->name, sizeof c->name, "%s", name ? name : "");
     c->p = *p;
+    c->be = be;
     c->n_layers = n_layers;
     c->kvd = kvd;
     c->L = gp_calloc((size_t)n_layers, sizeof *c->L);
@@ -37,7 +98,7 @@ gp_status gp_cache_create(const char *name, const gp_kv_params *p, int32_t n_lay
         return GP_ERR_NOMEM;
     }
     for (int32_t l = 0; l < n_layers; l++) {
-        gp_kv_layer *L = &c->L[l];
+        kv_layer *L = &c->L[l];
         int32_t w = window[l];
         if (p->max_kv_size > 0 && (w == 0 || w > p->max_kv_size - p->keep)) {
             L->keep = p->keep;
@@ -52,52 +113,66 @@ gp_status gp_cache_create(const char *name, const gp_kv_params *p, int32_t n_lay
     return GP_OK;
 }
 
-static void store_unref(kv_store *s) {
+static void store_free_bufs(gp_backend *be, kv_store *s) {
+    be->ops->dealloc(be, s->f);
+    be->ops->dealloc(be, s->q);
+    be->ops->dealloc(be, s->scale);
+    be->ops->dealloc(be, s->minv);
+}
+
+static void store_unref(gp_backend *be, kv_store *s) {
     if (!s || --s->refs > 0) return;
-    free(s->f);
-    free(s->q);
-    free(s->scale);
-    free(s->minv);
+    store_free_bufs(be, s);
     free(s);
 }
 
 void gp_cache_destroy(gp_cache *c) {
     if (!c) return;
     for (int32_t l = 0; l < c->n_layers; l++) {
-        store_unref(c->L[l].k);
-        store_unref(c->L[l].v);
+        store_unref(c->be, c->L[l].k);
+        store_unref(c->be, c->L[l].v);
     }
+    store_free_bufs(c->be, &c->stage_k);
+    store_free_bufs(c->be, &c->stage_v);
     free(c->L);
     free(c->ids);
     free(c);
 }
 
+const char *gp_cache_name(const gp_cache *c) { return c->name; }
+int32_t gp_cache_n_past(const gp_cache *c) { return c->n_past; }
+const int32_t *gp_cache_ids(const gp_cache *c) { return c->ids; }
+int32_t gp_cache_layer_cap(const gp_cache *c, int32_t l) { return c->L[l].cap; }
+
+/* *buf (old_n elements of es bytes) becomes a backend buffer of new_n elements keeping the first keep_n. */
+static gp_status buf_grow(gp_backend *be, void **buf, size_t keep_n, size_t new_n, size_t es) {
+    size_t bytes;
+    if (!gp_mul_ok(new_n, es, &bytes)) return GP_ERR_NOMEM;
+    void *nb = be->ops->alloc(be, bytes);
+    if (!nb) return GP_ERR_NOMEM;
+    if (*buf && keep_n) be->ops->copy(be, nb, *buf, keep_n * es);
+    be->ops->dealloc(be, *buf);
+    *buf = nb;
+    return GP_OK;
+}
+
 /* Grows (or creates) a store from (old_cap, old_nf) slots to (cap, nf), keeping slot contents. */
-static gp_status store_grow(kv_store **ps, const gp_kv_params *p, int32_t kvd, int32_t cap, int32_t nf) {
+static gp_status store_grow(gp_cache *c, kv_store **ps, int32_t old_cap, int32_t old_nf, int32_t cap, int32_t nf) {
     kv_store *s = *ps;
     if (!s) {
         if (!(s = gp_calloc(1, sizeof *s))) return GP_ERR_NOMEM;
         s->refs = 1;
         *ps = s;
     }
-    if (nf > 0) {
-        float *f = gp_realloc(s->f, (size_t)nf * (size_t)kvd, sizeof(float));
-        if (!f) return GP_ERR_NOMEM;
-        s->f = f;
+    const size_t kvd = (size_t)c->kvd, rb = (size_t)row_bytes(&c->p, c->kvd), ng = (size_t)n_groups(&c->p, c->kvd);
+    gp_status st = GP_OK;
+    if (nf > old_nf || !s->f) st = buf_grow(c->be, (void **)&s->f, (size_t)old_nf * kvd, (size_t)nf * kvd, sizeof(float));
+    if (!st && c->p.bits) {
+        if (!st) st = buf_grow(c->be, (void **)&s->q, (size_t)old_cap * rb, (size_t)cap * rb, 1);
+        if (!st) st = buf_grow(c->be, (void **)&s->scale, (size_t)old_cap * ng, (size_t)cap * ng, sizeof(float));
+        if (!st) st = buf_grow(c->be, (void **)&s->minv, (size_t)old_cap * ng, (size_t)cap * ng, sizeof(float));
     }
-    if (p->bits) {
-        size_t rb = (size_t)row_bytes(p, kvd), ng = (size_t)n_groups(p, kvd);
-        uint8_t *q = gp_realloc(s->q, (size_t)cap * rb, 1);
-        if (!q) return GP_ERR_NOMEM;
-        s->q = q;
-        float *sc = gp_realloc(s->scale, (size_t)cap * ng, sizeof(float));
-        if (!sc) return GP_ERR_NOMEM;
-        s->scale = sc;
-        float *mn = gp_realloc(s->minv, (size_t)cap * ng, sizeof(float));
-        if (!mn) return GP_ERR_NOMEM;
-        s->minv = mn;
-    }
-    return GP_OK;
+    return st;
 }
 
 /* Float32 slots a layer of cap slots needs. */
@@ -106,29 +181,94 @@ static int32_t f32_slots(const gp_kv_params *p, int32_t cap) {
     return p->q_start < cap ? p->q_start : cap;
 }
 
-gp_status gp_cache_reserve(gp_cache *c, int32_t n_total) {
+/* Slots layer L grows to for n_total positions. */
+static int32_t cap_for(const kv_layer *L, int32_t n_total) {
+    int32_t need = n_total < L->cap_max ? n_total : L->cap_max;
+    if (L->cap >= need) return L->cap;
+    int64_t grow = (int64_t)L->cap * 2;
+    return (int32_t)(grow > need ? (grow < L->cap_max ? grow : L->cap_max) : need);
+}
+
+/* Bytes of a layer's keys and values with cap slots. */
+static uint64_t layer_bytes(const gp_cache *c, int32_t cap) {
+    const uint64_t rb = (uint64_t)row_bytes(&c->p, c->kvd), ng = (uint64_t)n_groups(&c->p, c->kvd);
+    return 2 * ((uint64_t)f32_slots(&c->p, cap) * (uint64_t)c->kvd * sizeof(float) +
+                (c->p.bits ? (uint64_t)cap * (rb + 2 * ng * sizeof(float)) : 0));
+}
+
+uint64_t gp_cache_bytes(const gp_cache *c) {
+    uint64_t b = 0;
+    for (int32_t l = 0; l < c->n_layers; l++) b += layer_bytes(c, c->L[l].cap);
+    return b;
+}
+
+uint64_t gp_cache_bytes_for(const gp_cache *c, int32_t n_total) {
+    uint64_t b = 0;
+    for (int32_t l = 0; l < c->n_layers; l++) b += layer_bytes(c, cap_for(&c->L[l], n_total));
+    return b;
+}
+
+/* Gives layer l its own copy of shared stores (copy-on-write). */
+static gp_status unshare(gp_cache *c, int32_t l) {
+    kv_layer *L = &c->L[l];
+    kv_store **ss[2] = {&L->k, &L->v};
+    for (int i = 0; i < 2; i++) {
+        kv_store *s = *ss[i], *d = NULL;
+        if (!s || s->refs == 1) continue;
+        if (store_grow(c, &d, 0, 0, L->cap, L->n_f)) {
+            if (d) store_unref(c->be, d);
+            return gp_set_error(GP_ERR_NOMEM, "KV cache '%s': out of memory copying a forked layer", c->name);
+        }
+        const gp_kv_rows dst = rows_of(c, d), src = rows_of(c, s);
+        gp_backend *be = c->be;
+        be->ops->copy(be, dst.f, src.f, (size_t)L->n_f * (size_t)c->kvd * sizeof(float));
+        if (c->p.bits) {
+            be->ops->copy(be, dst.q, src.q, (size_t)L->cap * (size_t)dst.row_bytes);
+            be->ops->copy(be, dst.scale, src.scale, (size_t)L->cap * (size_t)dst.n_groups * sizeof(float));
+            be->ops->copy(be, dst.minv, src.minv, (size_t)L->cap * (size_t)dst.n_groups * sizeof(float));
+        }
+        s->refs--;
+        *ss[i] = d;
+    }
+    return GP_OK;
+}
+
+/* Grows the staging rows of quantized chunks to n rows. */
+static gp_status stage_reserve(gp_cache *c, int32_t n) {
+    if (!c->p.bits || n <= c->stage_rows) return GP_OK;
+    const size_t rb = (size_t)row_bytes(&c->p, c->kvd), ng = (size_t)n_groups(&c->p, c->kvd);
+    kv_store *ss[2] = {&c->stage_k, &c->stage_v};
+    for (int i = 0; i < 2; i++) {
+        gp_status s = buf_grow(c->be, (void **)&ss[i]->q, 0, (size_t)n * rb, 1);
+        if (!s) s = buf_grow(c->be, (void **)&ss[i]->scale, 0, (size_t)n * ng, sizeof(float));
+        if (!s) s = buf_grow(c->be, (void **)&ss[i]->minv, 0, (size_t)n * ng, sizeof(float));
+        if (s) return gp_set_error(GP_ERR_NOMEM, "KV cache '%s': out of memory staging %d positions", c->name, n);
+    }
+    c->stage_rows = n;
+    return GP_OK;
+}
+
+gp_status gp_cache_reserve(gp_cache *c, int32_t n_total, int32_t n_chunk) {
     if (c->p.max_kv_size == 0 && n_total > c->p.n_ctx)
         return gp_set_error(GP_ERR_RANGE, "KV cache '%s': %d positions exceed n_ctx = %d", c->name, n_total, c->p.n_ctx);
     for (int32_t l = 0; l < c->n_layers; l++) {
-        gp_kv_layer *L = &c->L[l];
-        int32_t need = n_total < L->cap_max ? n_total : L->cap_max;
-        if (L->cap >= need) continue;
-        int64_t grow = (int64_t)L->cap * 2;
-        int32_t cap = (int32_t)(grow > need ? (grow < L->cap_max ? grow : L->cap_max) : need);
-        int32_t nf = f32_slots(&c->p, cap);
-        /* growing a shared store would change the other cache's buffer: copy first (caller wrote nothing yet) */
+        kv_layer *L = &c->L[l];
         gp_status s;
-        if (((L->k && L->k->refs > 1) || (L->v && L->v->refs > 1)) && (s = gp_cache_unshare(c, l))) return s;
-        if ((s = store_grow(&L->k, &c->p, c->kvd, cap, nf)) || (s = store_grow(&L->v, &c->p, c->kvd, cap, nf)))
+        /* growing or writing a shared store would change the other cache's buffer: copy first */
+        if ((s = unshare(c, l))) return s;
+        const int32_t cap = cap_for(L, n_total);
+        if (cap == L->cap && L->k) continue;
+        const int32_t nf = f32_slots(&c->p, cap);
+        if ((s = store_grow(c, &L->k, L->cap, L->n_f, cap, nf)) || (s = store_grow(c, &L->v, L->cap, L->n_f, cap, nf)))
             return gp_set_error(GP_ERR_NOMEM, "KV cache '%s': out of memory growing layer %d to %d positions", c->name,
                                 l, cap);
         L->cap = cap;
         L->n_f = nf;
     }
-    return GP_OK;
+    return stage_reserve(c, n_chunk);
 }
 
-gp_status gp_cache_push_ids(gp_cache *c, const int32_t *ids, int32_t n) {
+static gp_status push_ids(gp_cache *c, const int32_t *ids, int32_t n) {
     if (c->n_past + n > c->ids_cap) {
         int32_t cap = c->ids_cap ? c->ids_cap : 64;
         while (cap < c->n_past + n) cap *= 2;
@@ -137,114 +277,104 @@ gp_status gp_cache_push_ids(gp_cache *c, const int32_t *ids, int32_t n) {
         c->ids = v;
         c->ids_cap = cap;
     }
-    memcpy(c->ids + c->n_past, ids, (size_t)n * sizeof *ids);
+    if (n > 0) memcpy(c->ids + c->n_past, ids, (size_t)n * sizeof *ids);
     return GP_OK;
 }
 
-/* Gives layer l its own copy of shared stores (copy-on-write). */
-gp_status gp_cache_unshare(gp_cache *c, int32_t l) {
-    gp_kv_layer *L = &c->L[l];
-    kv_store **ss[2] = {&L->k, &L->v};
-    for (int i = 0; i < 2; i++) {
-        kv_store *s = *ss[i];
-        if (!s || s->refs == 1) continue;
-        kv_store *d = gp_calloc(1, sizeof *d);
-        if (!d) return GP_ERR_NOMEM;
-        d->refs = 1;
-        size_t nf = (size_t)L->n_f * (size_t)c->kvd, rb = (size_t)row_bytes(&c->p, c->kvd) * (size_t)L->cap;
-        size_t ng = (size_t)n_groups(&c->p, c->kvd) * (size_t)L->cap;
-        int ok = 1;
-        if (nf && (d->f = gp_malloc(nf, sizeof(float)))) memcpy(d->f, s->f, nf * sizeof(float));
-        else ok &= !nf;
-        if (c->p.bits) {
-            d->q = gp_malloc(rb, 1);
-            d->scale = gp_malloc(ng, sizeof(float));
-            d->minv = gp_malloc(ng, sizeof(float));
-            ok &= d->q && d->scale && d->minv;
-            if (ok) {
-                memcpy(d->q, s->q, rb);
-                memcpy(d->scale, s->scale, ng * sizeof(float));
-                memcpy(d->minv, s->minv, ng * sizeof(float));
-            }
-        }
-        if (!ok) {
-            d->refs = 1;
-            store_unref(d);
-            return gp_set_error(GP_ERR_NOMEM, "KV cache '%s': out of memory copying a forked layer", c->name);
-        }
-        s->refs--;
-        *ss[i] = d;
-    }
+gp_status gp_cache_begin(gp_cache *c, const int32_t *ids, int32_t n, uint64_t steer_epoch) {
+    gp_status s = push_ids(c, ids, n);
+    if (s) return s;
+    if (c->n_past == 0) {
+        c->steer_epoch = steer_epoch;
+        c->steer_mixed = 0;
+    } else if (c->steer_epoch != steer_epoch) c->steer_mixed = 1;
     return GP_OK;
 }
 
-/* Affine quantization of row [kvd] into slot: per group, q = round((x - min) / scale). */
-static void quantize_row(const gp_kv_params *p, int32_t kvd, const float *x, uint8_t *q, float *scale, float *minv) {
-    const int32_t G = p->group, ng = n_groups(p, kvd), qmax = (1 << p->bits) - 1;
-    memset(q, 0, (size_t)row_bytes(p, kvd));
-    for (int32_t g = 0; g < ng; g++) {
-        int32_t a = g * G, b = a + G < kvd ? a + G : kvd;
-        float lo = x[a], hi = x[a];
-        for (int32_t i = a + 1; i < b; i++) {
-            lo = x[i] < lo ? x[i] : lo;
-            hi = x[i] > hi ? x[i] : hi;
-        }
-        float s = (hi - lo) / (float)qmax;
-        scale[g] = s;
-        minv[g] = lo;
-        for (int32_t i = a; i < b; i++) {
-            int32_t v = s > 0 ? (int32_t)lrintf((x[i] - lo) / s) : 0;
-            v = v < 0 ? 0 : v > qmax ? qmax : v;
-            if (p->bits == 8) q[i] = (uint8_t)v;
-            else q[i / 2] |= (uint8_t)(v << ((i & 1) * 4));
-        }
+/* Appends segment [p0, p1) at rows r0.. of storage src to d, split at q_start (float rows before, quantized after). */
+static void add_seg(gp_kv_desc *d, int32_t p0, int32_t p1, int32_t r0, int src, int32_t qs) {
+    for (int part = 0; part < 2 && p0 < p1; part++) {
+        const int quant = p0 >= qs;
+        const int32_t e = quant || p1 <= qs ? p1 : qs;
+        d->seg[d->n_seg++] = (gp_kv_seg){p0, e, r0, (uint8_t)src, (uint8_t)quant};
+        r0 += e - p0;
+        p0 = e;
     }
 }
 
-gp_status gp_cache_write(gp_cache *c, int32_t l, int32_t j, const float *k, const float *v) {
-    gp_kv_layer *L = &c->L[l];
-    if ((L->k->refs > 1 || L->v->refs > 1)) {
-        gp_status s = gp_cache_unshare(c, l);
-        if (s) return s;
+void gp_cache_stage(gp_cache *c, gp_ws *ws, int32_t l, const float *k, const float *v, int32_t n, gp_kv_desc *d) {
+    const kv_layer *L = &c->L[l];
+    const int32_t pos0 = c->n_past, qs = q_start(&c->p), kvd = c->kvd;
+    memset(d, 0, sizeof *d);
+    d->k[0] = rows_of(c, L->k);
+    d->v[0] = rows_of(c, L->v);
+    d->k[1] = rows_of(c, &c->stage_k);
+    d->v[1] = rows_of(c, &c->stage_v);
+    d->k[1].f = (float *)k; /* the chunk's float rows are read in place */
+    d->v[1].f = (float *)v;
+    d->window = L->window;
+    d->pinned = L->keep;
+    c->chunk_k = k;
+    c->chunk_v = v;
+    /* held positions: the pinned ones, then the ring's (at most one wrap) */
+    const int32_t pin = pos0 < L->keep ? pos0 : L->keep;
+    add_seg(d, 0, pin, 0, 0, qs);
+    int32_t j = pos0 - (L->cap - L->keep) > L->keep ? pos0 - (L->cap - L->keep) : L->keep;
+    while (j < pos0) {
+        const int32_t s = slot_of(L, j), e = pos0 - j < L->cap - s ? pos0 : j + (L->cap - s);
+        add_seg(d, j, e, s, 0, qs);
+        j = e;
     }
-    int32_t slot = gp_kv_slot(L, j);
-    const float *src[2] = {k, v};
-    kv_store *dst[2] = {L->k, L->v};
-    for (int i = 0; i < 2; i++) {
-        if (!c->p.bits || j < c->p.q_start) {
-            memcpy(dst[i]->f + (size_t)slot * c->kvd, src[i], (size_t)c->kvd * sizeof(float));
+    /* the chunk: quantized rows go through the cache's quantization now, so every query reads what the cache will */
+    add_seg(d, pos0, pos0 + n, 0, 1, qs);
+    const int32_t q0 = qs > pos0 ? (qs - pos0 < n ? qs - pos0 : n) : 0;
+    if (q0 < n) {
+        ws->be->ops->kv_store(ws, &d->k[1], q0, k + (int64_t)q0 * kvd, n - q0, 1);
+        ws->be->ops->kv_store(ws, &d->v[1], q0, v + (int64_t)q0 * kvd, n - q0, 1);
+    }
+}
+
+void gp_cache_commit(gp_cache *c, gp_ws *ws, int32_t l, int32_t n) {
+    const kv_layer *L = &c->L[l];
+    const int32_t pos0 = c->n_past, qs = q_start(&c->p), kvd = c->kvd;
+    const gp_kv_rows dk = rows_of(c, L->k), dv = rows_of(c, L->v);
+    const gp_kv_rows sk = rows_of(c, &c->stage_k), sv = rows_of(c, &c->stage_v);
+    const gp_backend_ops *B = ws->be->ops;
+    for (int32_t j = pos0; j < pos0 + n;) {
+        /* a run of positions with consecutive slots and one storage format */
+        const int32_t s = slot_of(L, j), quant = j >= qs;
+        int32_t e = j < L->keep ? L->keep : j + (L->cap - s);
+        e = e < pos0 + n ? e : pos0 + n;
+        if (!quant && e > qs) e = qs;
+        const int32_t r = j - pos0;
+        if (quant) {
+            B->kv_copy(ws, &dk, s, &sk, r, e - j, 1);
+            B->kv_copy(ws, &dv, s, &sv, r, e - j, 1);
         } else {
-            size_t ng = (size_t)n_groups(&c->p, c->kvd);
-            quantize_row(&c->p, c->kvd, src[i], dst[i]->q + (size_t)slot * row_bytes(&c->p, c->kvd),
-                         dst[i]->scale + (size_t)slot * ng, dst[i]->minv + (size_t)slot * ng);
+            B->kv_store(ws, &dk, s, c->chunk_k + (int64_t)r * kvd, e - j, 0);
+            B->kv_store(ws, &dv, s, c->chunk_v + (int64_t)r * kvd, e - j, 0);
         }
+        j = e;
     }
-    return GP_OK;
 }
 
-gp_kv_view gp_cache_view(const gp_cache *c, int32_t l, int values) {
-    const kv_store *s = values ? c->L[l].v : c->L[l].k;
-    gp_kv_view v = {0};
-    v.kvd = c->kvd;
-    v.bits = c->p.bits;
-    v.group = c->p.group;
-    v.n_groups = n_groups(&c->p, c->kvd);
-    v.row_bytes = row_bytes(&c->p, c->kvd);
-    v.q_start = c->p.bits ? c->p.q_start : INT32_MAX;
-    if (s) {
-        v.f = s->f;
-        v.q = s->q;
-        v.scale = s->scale;
-        v.minv = s->minv;
-    }
-    return v;
+void gp_cache_advance(gp_cache *c, int32_t n) {
+    c->n_past += n;
+    c->chunk_k = c->chunk_v = NULL;
+}
+
+int gp_cache_reusable(const gp_cache *c, uint64_t epoch) { return !c->steer_mixed && c->steer_epoch == epoch; }
+
+void gp_cache_set_provenance(gp_cache *c, uint64_t epoch, int mixed) {
+    c->steer_epoch = epoch;
+    c->steer_mixed = mixed;
 }
 
 gp_status gp_cache_trim(gp_cache *c, int32_t n) {
     if (n < 0 || n > c->n_past)
         return gp_set_error(GP_ERR_RANGE, "KV cache '%s': cannot trim to %d of %d positions", c->name, n, c->n_past);
     for (int32_t l = 0; l < c->n_layers && n < c->n_past; l++) {
-        const gp_kv_layer *L = &c->L[l];
+        const kv_layer *L = &c->L[l];
         if (c->n_past <= L->cap) continue; /* never wrapped: every position is still in its slot */
         /* slots hold positions >= n_past - (cap - keep); position n would attend back to n - window + 1 */
         int32_t oldest = c->n_past - (L->cap - L->keep), need = n - L->window + 1;
@@ -259,12 +389,17 @@ gp_status gp_cache_trim(gp_cache *c, int32_t n) {
     return GP_OK;
 }
 
+void gp_cache_clear(gp_cache *c) { c->n_past = 0; }
+
 gp_status gp_cache_fork(const gp_cache *src, const char *name, gp_cache **out) {
     *out = NULL;
     gp_cache *c = gp_calloc(1, sizeof *c);
     if (!c) return GP_ERR_NOMEM;
     *c = *src;
     snprintf(c->name, sizeof c->name, "%s", name);
+    memset(&c->stage_k, 0, sizeof c->stage_k);
+    memset(&c->stage_v, 0, sizeof c->stage_v);
+    c->stage_rows = 0;
     c->L = gp_malloc((size_t)src->n_layers, sizeof *c->L);
     c->ids = gp_malloc((size_t)(src->ids_cap ? src->ids_cap : 1), sizeof *c->ids);
     if (!c->L || !c->ids) {
@@ -274,7 +409,7 @@ gp_status gp_cache_fork(const gp_cache *src, const char *name, gp_cache **out) {
         return GP_ERR_NOMEM;
     }
     memcpy(c->L, src->L, (size_t)src->n_layers * sizeof *c->L);
-    memcpy(c->ids, src->ids, (size_t)src->n_past * sizeof *c->ids);
+    if (src->n_past) memcpy(c->ids, src->ids, (size_t)src->n_past * sizeof *c->ids);
     for (int32_t l = 0; l < c->n_layers; l++) {
         if (c->L[l].k) c->L[l].k->refs++;
         if (c->L[l].v) c->L[l].v->refs++;
@@ -283,54 +418,56 @@ gp_status gp_cache_fork(const gp_cache *src, const char *name, gp_cache **out) {
     return GP_OK;
 }
 
-uint64_t gp_cache_bytes(const gp_cache *c) {
-    uint64_t b = 0;
-    uint64_t rb = (uint64_t)row_bytes(&c->p, c->kvd), ng = (uint64_t)n_groups(&c->p, c->kvd);
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        const gp_kv_layer *L = &c->L[l];
-        b += 2 * ((uint64_t)L->n_f * c->kvd * sizeof(float) + (uint64_t)L->cap * (rb + 2 * ng * sizeof(float)));
-    }
-    return b;
-}
-
 /* ---- files ---- */
+
+/* Slots of layer L that hold positions (a ring never wrapped holds slots [0, n_past)). */
+static int32_t used_slots(const gp_cache *c, const kv_layer *L) { return c->n_past < L->cap ? c->n_past : L->cap; }
+
+/* A host-readable copy of bytes of backend memory p (p itself when backend memory is host memory); *tmp owns it. */
+static const void *host_view(gp_backend *be, const void *p, size_t bytes, void **tmp) {
+    *tmp = NULL;
+    if (be->host_memory || !p || !bytes) return p;
+    if (!(*tmp = malloc(bytes))) return NULL;
+    be->ops->download(be, *tmp, p, bytes);
+    return *tmp;
+}
 
 gp_status gp_cache_save(const gp_cache *c, const char *path, const char *const *keys, const char *const *vals,
                         int32_t n_meta) {
     int32_t nt = 1 + c->n_layers * 8, k = 0;
     gp_st_write_tensor *t = gp_calloc((size_t)nt, sizeof *t);
+    void **tmps = gp_calloc((size_t)nt, sizeof *tmps);
     char (*names)[64] = gp_calloc((size_t)nt, sizeof *names);
     int32_t nm = n_meta + 12;
     const char **mk = gp_calloc((size_t)nm, sizeof *mk), **mv = gp_calloc((size_t)nm, sizeof *mv);
     char num[12][32];
-    if (!t || !names || !mk || !mv) {
-        free(t);
-        free(names);
-        free(mk);
-        free(mv);
-        return GP_ERR_NOMEM;
-    }
+    gp_status s = GP_ERR_NOMEM;
+    if (!t || !tmps || !names || !mk || !mv) goto done;
     int32_t one = 0;
     t[k++] = (gp_st_write_tensor){.name = "token_ids", .dtype = GP_DTYPE_I32, .ndim = 1, .shape = {c->n_past},
                                   .data = c->n_past ? (const void *)c->ids : (const void *)&one};
-    int32_t rb = row_bytes(&c->p, c->kvd), ng = n_groups(&c->p, c->kvd);
+    const int32_t rb = row_bytes(&c->p, c->kvd), ng = n_groups(&c->p, c->kvd);
     for (int32_t l = 0; l < c->n_layers; l++) {
-        const gp_kv_layer *L = &c->L[l];
+        const kv_layer *L = &c->L[l];
+        const int32_t used = used_slots(c, L), nf = L->n_f < used ? L->n_f : used; /* save what is valid */
         const kv_store *ss[2] = {L->k, L->v};
         for (int i = 0; i < 2; i++) {
-            const kv_store *s = ss[i];
+            const kv_store *st = ss[i];
             const char *kv = i ? "v" : "k";
-#define ADD(suffix, DT, R, C, PTR)                                                                                   \
+#define ADD(suffix, DT, R, C, ES, PTR)                                                                               \
     do {                                                                                                             \
         snprintf(names[k], sizeof names[k], "layer.%d.%s.%s", l, kv, suffix);                                        \
-        t[k] = (gp_st_write_tensor){.name = names[k], .dtype = DT, .ndim = 2, .shape = {R, C}, .data = PTR};        \
+        const void *d_ = st && (R) ? host_view(c->be, PTR, (size_t)(R) * (size_t)(C) * (ES), &tmps[k]) : NULL;      \
+        if (st && (R) && !d_) goto done;                                                                             \
+        t[k] = (gp_st_write_tensor){.name = names[k], .dtype = DT, .ndim = 2, .shape = {R, C},                      \
+                                    .data = d_ ? d_ : (const void *)&one};                                           \
         k++;                                                                                                         \
     } while (0)
-            ADD("f32", GP_DTYPE_F32, L->n_f, c->kvd, s && s->f ? (const void *)s->f : (const void *)&one);
+            ADD("f32", GP_DTYPE_F32, nf, c->kvd, sizeof(float), st->f);
             if (c->p.bits) {
-                ADD("q", GP_DTYPE_U8, L->cap, rb, s ? (const void *)s->q : (const void *)&one);
-                ADD("scale", GP_DTYPE_F32, L->cap, ng, s ? (const void *)s->scale : (const void *)&one);
-                ADD("min", GP_DTYPE_F32, L->cap, ng, s ? (const void *)s->minv : (const void *)&one);
+                ADD("q", GP_DTYPE_U8, used, rb, 1, st->q);
+                ADD("scale", GP_DTYPE_F32, used, ng, sizeof(float), st->scale);
+                ADD("min", GP_DTYPE_F32, used, ng, sizeof(float), st->minv);
             }
 #undef ADD
         }
@@ -355,7 +492,10 @@ gp_status gp_cache_save(const gp_cache *c, const char *path, const char *const *
         mk[m] = keys[i];
         mv[m] = vals[i];
     }
-    gp_status s = gp_st_write(path, t, k, mk, mv, m);
+    s = gp_st_write(path, t, k, mk, mv, m);
+done:
+    for (int32_t i = 0; tmps && i < nt; i++) free(tmps[i]);
+    free(tmps);
     free(t);
     free(names);
     free(mk);
@@ -374,21 +514,23 @@ static gp_status meta_int(const gp_st_set *st, const char *path, const char *key
     return GP_OK;
 }
 
-/* Copies tensor name of shape [rows, cols] and dtype into dst (bytes); absent or mismatched is an error. */
-static gp_status load_tensor(const gp_st_set *st, const char *path, const char *name, gp_dtype dt, int64_t rows,
-                             int64_t cols, void *dst) {
+/* Uploads the first rows rows of tensor name [>= rows, cols] of dtype dt into backend memory dst.  Files hold the
+ * slots that hold positions; files written before that fix hold every allocated slot (more rows): both load. */
+static gp_status load_tensor(gp_backend *be, const gp_st_set *st, const char *path, const char *name, gp_dtype dt,
+                             int64_t rows, int64_t cols, void *dst) {
     const gp_tensor_view *t = gp_st_find(st, name);
     if (!t) return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
-    if (t->dtype != dt || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+    if (t->dtype != dt || t->ndim != 2 || t->shape[0] < rows || t->shape[1] != cols)
         return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s' has the wrong dtype or shape (want %s [%lld, %lld])", path,
                             name, gp_dtype_name(dt), (long long)rows, (long long)cols);
-    if (t->nbytes) memcpy(dst, t->data, t->nbytes);
+    const size_t bytes = (size_t)rows * (size_t)cols * gp_dtype_size(dt);
+    if (bytes) be->ops->upload(be, dst, t->data, bytes);
     return GP_OK;
 }
 
-gp_status gp_cache_load(const char *path, const char *name, const gp_kv_params *p, int32_t n_layers, int32_t kvd,
-                        const int32_t *window, gp_status (*check)(const gp_st_set *st, const char *path, void *ud),
-                        void *ud, gp_cache **out) {
+gp_status gp_cache_load(const char *path, const char *name, const gp_kv_params *p, gp_backend *be, int32_t n_layers,
+                        int32_t kvd, const int32_t *window,
+                        gp_status (*check)(const gp_st_set *st, const char *path, void *ud), void *ud, gp_cache **out) {
     *out = NULL;
     gp_st_set *st;
     gp_status s = gp_st_open_file(path, &st);
@@ -437,32 +579,31 @@ gp_status gp_cache_load(const char *path, const char *name, const gp_kv_params *
         return gp_set_error(GP_ERR_FORMAT, "%s: tensor 'token_ids' must be I32 [n_past = %d]", path, n_past);
     }
     gp_cache *c;
-    if ((s = gp_cache_create(name, p, n_layers, kvd, window, &c))) {
+    if ((s = gp_cache_create(name, p, be, n_layers, kvd, window, &c))) {
         gp_st_close(st);
         return s;
     }
-    if ((s = gp_cache_reserve(c, n_past > 0 ? n_past : 0)) || (s = gp_cache_push_ids(c, ti->data, n_past))) goto fail;
+    if ((s = gp_cache_reserve(c, n_past, 0)) || (s = push_ids(c, ti->data, n_past))) goto fail;
+    c->n_past = n_past; /* the slots that hold positions (used_slots) depend on it */
     for (int32_t l = 0; l < n_layers; l++) {
-        gp_kv_layer *L = &c->L[l];
-        if (!L->k && (s = store_grow(&L->k, p, kvd, 0, 0))) goto fail;
-        if (!L->v && (s = store_grow(&L->v, p, kvd, 0, 0))) goto fail;
-        kv_store *ss[2] = {L->k, L->v};
+        kv_layer *L = &c->L[l];
+        const int32_t used = used_slots(c, L), nf = L->n_f < used ? L->n_f : used;
+        const gp_kv_rows rk = rows_of(c, L->k), rv = rows_of(c, L->v), *rs[2] = {&rk, &rv};
         for (int i = 0; i < 2; i++) {
             char nm[64];
             const char *kv = i ? "v" : "k";
             snprintf(nm, sizeof nm, "layer.%d.%s.f32", l, kv);
-            if ((s = load_tensor(st, path, nm, GP_DTYPE_F32, L->n_f, kvd, ss[i]->f))) goto fail;
+            if ((s = load_tensor(be, st, path, nm, GP_DTYPE_F32, nf, kvd, rs[i]->f))) goto fail;
             if (p->bits) {
                 snprintf(nm, sizeof nm, "layer.%d.%s.q", l, kv);
-                if ((s = load_tensor(st, path, nm, GP_DTYPE_U8, L->cap, row_bytes(p, kvd), ss[i]->q))) goto fail;
+                if ((s = load_tensor(be, st, path, nm, GP_DTYPE_U8, used, row_bytes(p, kvd), rs[i]->q))) goto fail;
                 snprintf(nm, sizeof nm, "layer.%d.%s.scale", l, kv);
-                if ((s = load_tensor(st, path, nm, GP_DTYPE_F32, L->cap, n_groups(p, kvd), ss[i]->scale))) goto fail;
+                if ((s = load_tensor(be, st, path, nm, GP_DTYPE_F32, used, n_groups(p, kvd), rs[i]->scale))) goto fail;
                 snprintf(nm, sizeof nm, "layer.%d.%s.min", l, kv);
-                if ((s = load_tensor(st, path, nm, GP_DTYPE_F32, L->cap, n_groups(p, kvd), ss[i]->minv))) goto fail;
+                if ((s = load_tensor(be, st, path, nm, GP_DTYPE_F32, used, n_groups(p, kvd), rs[i]->minv))) goto fail;
             }
         }
     }
-    c->n_past = n_past;
     gp_st_close(st);
     *out = c;
     return GP_OK;

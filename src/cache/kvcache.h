@@ -1,7 +1,10 @@
-/* kvcache.h — one sequence's KV cache (gp_cache): per layer a ring of slots for keys and values, optionally
+/* kvcache.h — one sequence's KV cache (gp_cache, opaque): per layer a ring of slots for keys and values, optionally
  * rotating (max_kv_size with the first `keep` positions pinned) and optionally quantized (affine 4/8-bit groups,
- * positions before quantized_kv_start kept in float32), plus the token ids it holds.  Buffers are reference-counted
- * so a fork shares them until one side writes (copy-on-write). */
+ * positions before quantized_kv_start kept in float32), plus the token ids it holds and the steering provenance of
+ * its positions.  Storage is allocated through the backend; ring and quantized layouts are known only to kvcache.c:
+ * the forward pass stages a chunk's keys/values (gp_cache_stage, which gives attention a gp_kv_desc), then commits
+ * them (gp_cache_commit) and advances (gp_cache_advance).  Buffers are reference-counted so a fork shares them until
+ * one side writes (copy-on-write). */
 #ifndef GP_KVCACHE_H
 #define GP_KVCACHE_H
 
@@ -21,79 +24,66 @@ typedef struct gp_kv_params {
     int32_t q_start;     /* positions < q_start stay float32 */
 } gp_kv_params;
 
-/* One layer's keys or values. */
-typedef struct kv_store {
-    int refs;         /* caches sharing this buffer (copy-on-write) */
-    float *f;         /* [n_f, kvd] float32 slots (all slots when not quantized) */
-    uint8_t *q;       /* [cap, row_bytes] quantized slots (NULL when not quantized) */
-    float *scale;     /* [cap, n_groups] */
-    float *minv;      /* [cap, n_groups] */
-} kv_store;
-
-typedef struct gp_kv_layer {
-    kv_store *k, *v;
-    int32_t cap;      /* slots allocated */
-    int32_t cap_max;  /* slots this layer may ever use */
-    int32_t n_f;      /* float32 slots allocated */
-    int32_t keep;     /* pinned positions (rotating) */
-    int32_t window;   /* 0 = every earlier position visible; else p - j < window (or j < keep) */
-} gp_kv_layer;
-
-struct gp_cache {
-    char name[64];
-    gp_kv_params p;
-    int32_t n_layers, kvd;
-    gp_kv_layer *L;   /* [n_layers] */
-    int32_t n_past;   /* positions held */
-    int32_t *ids;     /* [n_past] token ids */
-    int32_t ids_cap;
-    uint64_t steer_epoch; /* the context's steering epoch when position 0 was written */
-    int steer_mixed;      /* positions were written under different steering hooks: never reuse */
-};
 typedef struct gp_cache gp_cache;
 
-/* Slot of position j in a layer ring. */
-static inline int32_t gp_kv_slot(const gp_kv_layer *L, int32_t j) {
-    return j < L->keep ? j : L->keep + (j - L->keep) % (L->cap - L->keep);
-}
+/* Creates an empty cache for a model's layers (window[l] = the model's sliding window of layer l, 0 = full) whose
+ * storage lives in backend be (borrowed; must outlive the cache). */
+gp_status gp_cache_create(const char *name, const gp_kv_params *p, gp_backend *be, int32_t n_layers, int32_t kvd,
+                          const int32_t *window, gp_cache **out);
+void gp_cache_destroy(gp_cache *c); /* NULL = no-op */
 
-/* Creates an empty cache for a model's layers (window[l] = the model's sliding window of layer l, 0 = full). */
-gp_status gp_cache_create(const char *name, const gp_kv_params *p, int32_t n_layers, int32_t kvd, const int32_t *window,
-                          gp_cache **out);
-void gp_cache_destroy(gp_cache *c);
+const char *gp_cache_name(const gp_cache *c);
+int32_t gp_cache_n_past(const gp_cache *c);              /* positions held */
+const int32_t *gp_cache_ids(const gp_cache *c);          /* [n_past] token ids (borrowed) */
+int32_t gp_cache_layer_cap(const gp_cache *c, int32_t l); /* slots allocated in layer l's ring */
 
-/* Makes room for positions up to n_total - 1 and appends ids[n] to the id list (all or nothing). */
-gp_status gp_cache_reserve(gp_cache *c, int32_t n_total);
-gp_status gp_cache_push_ids(gp_cache *c, const int32_t *ids, int32_t n);
+/* Bytes of keys/values the cache holds now, and would hold after gp_cache_reserve(c, n_total). */
+uint64_t gp_cache_bytes(const gp_cache *c);
+uint64_t gp_cache_bytes_for(const gp_cache *c, int32_t n_total);
 
-/* Stores position j's key and value rows [kvd] in layer l (copying a shared buffer first). */
-gp_status gp_cache_write(gp_cache *c, int32_t l, int32_t j, const float *k, const float *v);
+/* Makes room for positions up to n_total - 1 and for chunks of up to n_chunk positions, and gives every layer its
+ * own copy of buffers shared with a fork.  After GP_OK, staging and committing such chunks cannot fail. */
+gp_status gp_cache_reserve(gp_cache *c, int32_t n_total, int32_t n_chunk);
 
-/* Views for the attention kernel. */
-gp_kv_view gp_cache_view(const gp_cache *c, int32_t l, int values);
+/* Starts appending n positions: records ids and the steering epoch they are computed under (positions written under
+ * different epochs are never reused).  Call after gp_cache_reserve(c, n_past + n, ...). */
+gp_status gp_cache_begin(gp_cache *c, const int32_t *ids, int32_t n, uint64_t steer_epoch);
 
+/* Layer l of a chunk of n positions at n_past..: stores the chunk's keys/values k, v [n, kvd] (backend memory,
+ * must stay valid until gp_cache_commit) in the cache's storage format and fills *d for attention (held positions
+ * plus the chunk's; quantized positions are read back through the same quantization as cached rows). */
+void gp_cache_stage(gp_cache *c, gp_ws *ws, int32_t l, const float *k, const float *v, int32_t n, gp_kv_desc *d);
 
-/* Gives layer l its own copy of buffers shared with a fork (copy-on-write). */
-gp_status gp_cache_unshare(gp_cache *c, int32_t l);
+/* Writes the staged chunk of layer l into its ring (later positions overwrite earlier ones sharing a slot). */
+void gp_cache_commit(gp_cache *c, gp_ws *ws, int32_t l, int32_t n);
+
+/* The chunk's n positions are now held (after every layer committed). */
+void gp_cache_advance(gp_cache *c, int32_t n);
+
+/* 1 when the held positions were all computed under steering epoch `epoch` (and may be reused). */
+int gp_cache_reusable(const gp_cache *c, uint64_t epoch);
+
+/* Marks the held positions as computed under other hooks than epoch (never reused) when mixed, else as epoch's. */
+void gp_cache_set_provenance(gp_cache *c, uint64_t epoch, int mixed);
 
 /* Keeps the first n positions; GP_ERR_STATE if a rotated ring no longer holds what position n would attend to. */
 gp_status gp_cache_trim(gp_cache *c, int32_t n);
 
+/* Forgets every position (always succeeds). */
+void gp_cache_clear(gp_cache *c);
+
 /* A copy-on-write copy named name. */
 gp_status gp_cache_fork(const gp_cache *src, const char *name, gp_cache **out);
 
-/* Bytes allocated for keys and values. */
-uint64_t gp_cache_bytes(const gp_cache *c);
-
-/* Writes a cache file: safetensors with tensors token_ids and layer.{l}.{k,v}.{f32,q,scale,min} and metadata
- * describing the layout plus the caller's n_meta key/value pairs. */
+/* Writes a cache file: safetensors with tensors token_ids and layer.{l}.{k,v}.{f32,q,scale,min} (the slots that
+ * hold positions) and metadata describing the layout plus the caller's n_meta key/value pairs. */
 gp_status gp_cache_save(const gp_cache *c, const char *path, const char *const *keys, const char *const *vals,
                         int32_t n_meta);
 
 /* Reads a cache file written by gp_cache_save into a new cache with the same layout (params, layers, kvd, windows
  * must match the file's); check(st, ud) may refuse the file first (model fingerprint, ...).  All or nothing. */
-gp_status gp_cache_load(const char *path, const char *name, const gp_kv_params *p, int32_t n_layers, int32_t kvd,
-                        const int32_t *window, gp_status (*check)(const gp_st_set *st, const char *path, void *ud),
-                        void *ud, gp_cache **out);
+gp_status gp_cache_load(const char *path, const char *name, const gp_kv_params *p, gp_backend *be, int32_t n_layers,
+                        int32_t kvd, const int32_t *window,
+                        gp_status (*check)(const gp_st_set *st, const char *path, void *ud), void *ud, gp_cache **out);
 
 #endif

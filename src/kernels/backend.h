@@ -1,85 +1,229 @@
-/* backend.h — the compute backend: one function pointer per op, shapes in the comment.  The forward pass calls
- * only these; the CPU backend (kernels/cpu) is the reference every other backend is checked against. */
+/* backend.h — the seam between the model and the compute devices.  The forward pass (model/forward.c) and the KV
+ * cache (cache/) talk to a device only through this header:
+ *   - a backend INSTANCE per model (gp_backend: gp_backend_cpu_init(&params, &be), freed by gp_backend_free), which
+ *     owns device memory (buffers, bound weights);
+ *   - a WORKSPACE per context (gp_ws: be->ops->ws_init), which carries the thread count (passed down explicitly),
+ *     per-thread scratch and, on a GPU, the stream; every compute op takes the workspace as its first argument;
+ *   - weights described by gp_wt {format, rows, cols, data, aux scales/biases, group_size, bits} and bound through
+ *     the backend (CPU: a view of the mmap, no copy; a GPU backend uploads);
+ *   - one linear(): y [n, out] = x [n, in] W^T + bias + sum_i scale_i * (x A_i^T) B_i^T for any storage format of W
+ *     and an optional list of low-rank (LoRA) terms;
+ *   - buffers allocated through the backend (be->ops->alloc): activations, KV storage, steering vectors.  A pointer
+ *     returned by alloc is addressable by that backend's ops only; the host reads and writes it through upload /
+ *     download / copy unless be->host_memory says that backend memory is host memory (CPU);
+ *   - the KV cache is opaque to the model: attention receives a gp_kv_desc (storage + the runs of held positions)
+ *     built by the cache; cache stores (quantization included) are ops.
+ * Every op is one function pointer; shapes are in the comments; all compute is float32.  The CPU backend
+ * (kernels/cpu) is the reference every other backend is checked against (tests/unit/test_backend_ops.c loops over
+ * the backends available).  Numerics contract for every backend: each output element is computed by one thread in
+ * a fixed order, so results depend neither on the thread count nor on how a prompt is chunked. */
 #ifndef GP_BACKEND_H
 #define GP_BACKEND_H
 
+#include "genparity.h"
 #include "io/safetensors.h"
-#include "model/config.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
-/* A weight matrix or vector as stored in the checkpoint (row-major, stored dtype, memory-mapped). */
+/* ---- weights ---- */
+
+/* Storage format of a weight: one row of the CPU's per-format traits table (kernels/cpu/formats.h).  Append-only;
+ * quantized formats (issue 11: MLX affine, 2-8 bits) are added as new values with their traits rows, without
+ * touching the forward pass. */
+typedef enum gp_wfmt {
+    GP_WFMT_F32 = 0,  /* float32 [rows, cols] */
+    GP_WFMT_BF16 = 1, /* bfloat16 [rows, cols] */
+    GP_WFMT_F16 = 2,  /* IEEE half [rows, cols] */
+    GP_WFMT_COUNT     /* number of formats (keep last) */
+} gp_wfmt;
+
+/* An auxiliary tensor of a quantized weight (per-group scales or biases), dense in a float dtype. */
+typedef struct gp_wt_aux {
+    const void *data; /* NULL = absent */
+    gp_dtype dtype;   /* GP_DTYPE_F32, GP_DTYPE_BF16 or GP_DTYPE_F16 */
+} gp_wt_aux;
+
+/* A weight matrix or vector in backend memory.  rows x cols is the LOGICAL float shape (y = x W^T maps x [.., cols]
+ * to y [.., rows]; a vector is rows = 1, cols = length); data holds it in `format` (a quantized format packs several
+ * values per byte and needs scales/biases [rows, cols / group_size] and bits).  data == NULL: the weight is absent
+ * (optional biases and norms). */
 typedef struct gp_wt {
-    const void *data; /* NULL when the tensor is absent (optional weights) */
-    gp_dtype dtype;   /* F32, F16 or BF16 */
-    int64_t rows, cols; /* a vector is rows = 1 */
+    gp_wfmt format;
+    int64_t rows, cols;
+    const void *data;
+    gp_wt_aux scales, biases; /* quantized formats only */
+    int32_t group_size, bits; /* quantized formats only (0 for dense ones) */
 } gp_wt;
 
-/* Cached keys or values of one layer as the attention kernel reads them: row j (of kvd = n_kv*head_dim floats)
- * is float32 at f[slot] when j < q_start, else affine-quantized: x = q * scale[g] + minv[g] for group g = i / group
- * (4-bit values packed two per byte, low nibble first). */
-typedef struct gp_kv_view {
-    const float *f;           /* [slots, kvd] */
-    const uint8_t *q;         /* [slots, row_bytes] */
-    const float *scale, *minv; /* [slots, n_groups] */
-    int32_t kvd, bits, group, n_groups, row_bytes, q_start;
-} gp_kv_view;
-
-/* Reads elements [off, off+len) of cached row j (at slot) into out [len], dequantizing when needed. */
-static inline void gp_kv_read(const gp_kv_view *v, int32_t slot, int32_t j, int32_t off, int32_t len, float *out) {
-    if (j < v->q_start) {
-        const float *src = v->f + (size_t)slot * v->kvd + off;
-        for (int32_t i = 0; i < len; i++) out[i] = src[i];
-        return;
-    }
-    const uint8_t *q = v->q + (size_t)slot * v->row_bytes;
-    const float *sc = v->scale + (size_t)slot * v->n_groups, *mn = v->minv + (size_t)slot * v->n_groups;
-    for (int32_t i = off; i < off + len; i++) {
-        int32_t g = i / v->group;
-        int32_t x = v->bits == 8 ? q[i] : (q[i / 2] >> ((i & 1) * 4)) & 15;
-        out[i - off] = (float)x * sc[g] + mn[g];
-    }
+/* A dense weight view (no aux tensors). */
+static inline gp_wt gp_wt_dense(gp_wfmt f, const void *data, int64_t rows, int64_t cols) {
+    gp_wt w = {f, rows, cols, data, {NULL, GP_DTYPE_F32}, {NULL, GP_DTYPE_F32}, 0, 0};
+    return w;
 }
 
-/* Everything one attention call needs.  Keys/values before the chunk come from the cache views; those of the chunk
- * from k_new/v_new.  Query t (position p = pos0 + t) sees key j iff j <= p and (window == 0 or p - j < window or
- * j < keep).  Cached position j sits at slot j < keep ? j : keep + (j - keep) % (cap - keep). */
+/* The weight format of a safetensors dtype (F32, BF16, F16); -1 for others. */
+static inline int gp_wfmt_of_dtype(gp_dtype d) {
+    return d == GP_DTYPE_F32 ? GP_WFMT_F32 : d == GP_DTYPE_BF16 ? GP_WFMT_BF16 : d == GP_DTYPE_F16 ? GP_WFMT_F16 : -1;
+}
+
+/* Bytes a weight occupies: packed data plus aux tensors (0 when absent). */
+static inline uint64_t gp_wt_bytes(const gp_wt *w) {
+    if (!w->data) return 0;
+    const uint64_t n = (uint64_t)w->rows * (uint64_t)w->cols;
+    uint64_t b = w->format == GP_WFMT_F32 ? 4 * n : w->format == GP_WFMT_BF16 || w->format == GP_WFMT_F16 ? 2 * n
+                                                                                  : (n * (uint64_t)w->bits + 7) / 8;
+    if (w->group_size > 0) {
+        const uint64_t g = (uint64_t)w->rows * (uint64_t)((w->cols + w->group_size - 1) / w->group_size);
+        if (w->scales.data) b += g * gp_dtype_size(w->scales.dtype);
+        if (w->biases.data) b += g * gp_dtype_size(w->biases.dtype);
+    }
+    return b;
+}
+
+/* One low-rank term of a linear layer: adds scale * (x A^T) B^T.  A [rank, in] and B [out, rank] are dense weights
+ * (float32 today; any dense format works).  mlx-lm's lora_a [in, rank] / lora_b [rank, out] are their transposes. */
+typedef struct gp_lora {
+    gp_wt a; /* [rank, in] */
+    gp_wt b; /* [out, rank] */
+    float scale;
+} gp_lora;
+
+/* A linear layer: y [n, out] = x [n, in] W^T (+ bias) (+ the low-rank terms in order).  Rounding order per output
+ * element: the dot product x·W[o] (simd.h's reduction), then + bias[o], then for each term i in order
+ * + scale_i * (z_i · B_i[o]) with z_i = x A_i^T computed in float32 by the same dot product. */
+typedef struct gp_linear {
+    gp_wt w;              /* [out, in], any format */
+    gp_wt bias;           /* [out] dense vector, data NULL = none */
+    const gp_lora *lora;  /* [n_lora], NULL when none (borrowed: owned by the model / adapter) */
+    int32_t n_lora;
+} gp_linear;
+
+/* ---- KV storage and the attention descriptor (layouts are src/cache's; ops only see these views) ---- */
+
+/* Key or value rows of one layer in backend memory.  Row r is float32 at f + r*kvd, or affine-quantized at
+ * q + r*row_bytes with per-group scale/min [n_groups] at scale + r*n_groups, minv + r*n_groups:
+ * x[i] = q[i] * scale[i / group] + minv[i / group], 8-bit one per byte, 4-bit two per byte (low nibble first). */
+typedef struct gp_kv_rows {
+    float *f;
+    uint8_t *q;
+    float *scale, *minv;
+    int32_t kvd, bits, group, n_groups, row_bytes;
+} gp_kv_rows;
+
+/* A run of positions [p0, p1) whose rows are consecutive rows r0.. of storage `src` (0 = the cache's, 1 = the
+ * chunk's staged rows), quantized rows when quant. */
+typedef struct gp_kv_seg {
+    int32_t p0, p1, r0;
+    uint8_t src, quant;
+} gp_kv_seg;
+
+#define GP_KV_MAX_SEGS 8
+
+/* Everything attention needs about one layer's keys and values: the storages, the held positions as runs in
+ * increasing position order, and the visibility rule: query position p sees held position j iff j <= p and
+ * (window == 0 or p - j < window or j < pinned). */
+typedef struct gp_kv_desc {
+    gp_kv_rows k[2], v[2]; /* [0] the cache, [1] the chunk's staged rows */
+    gp_kv_seg seg[GP_KV_MAX_SEGS];
+    int32_t n_seg;
+    int32_t window, pinned;
+} gp_kv_desc;
+
+/* One attention call: out [n, n_heads, head_dim] = softmax(q k^T * scale [soft-capped]) v over the visible keys of
+ * query t at position pos0 + t.  q has rope applied; the keys/values of the chunk itself are in kv (staged). */
 typedef struct gp_attn_args {
-    float *out;           /* [n, n_heads, head_dim] */
-    const float *q;       /* [n, n_heads, head_dim], rope applied */
-    const float *k_new;   /* [n, n_kv, head_dim], rope applied */
-    const float *v_new;   /* [n, n_kv, head_dim] */
-    const gp_kv_view *kc; /* cached keys (positions < pos0) */
-    const gp_kv_view *vc; /* cached values */
-    int32_t cap, keep;    /* ring geometry */
-    int32_t n, pos0, n_heads, n_kv, head_dim, window;
-    float scale;          /* multiplier of q·k */
-    float softcap;        /* 0 = none */
-    float *scratch;       /* [n_threads, scratch_stride] */
-    int32_t scratch_stride; /* >= (keys any query sees) + 2 * head_dim */
+    float *out;          /* [n, n_heads, head_dim] */
+    const float *q;      /* [n, n_heads, head_dim] */
+    const gp_kv_desc *kv;
+    int32_t n, pos0, n_heads, n_kv, head_dim;
+    float scale;         /* multiplier of q·k */
+    float softcap;       /* 0 = none */
 } gp_attn_args;
 
-typedef struct gp_backend {
-    const char *name;
-    /* y [n, w.rows] = x [n, w.cols] @ W^T (+ bias [w.rows] if bias && bias->data) */
-    void (*matmul)(float *y, const float *x, const gp_wt *w, const gp_wt *bias, int32_t n);
-    /* y [n, d] = x [n, d] * rsqrt(mean(x^2) + eps) * (w or 1 + w), w [d]; y may alias x */
-    void (*rmsnorm)(float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps, int plus_one);
-    /* x [n, heads, hd] rotated in place (rotate_half convention) for positions pos0..pos0+n-1; inv_freq [hd/2] */
-    void (*rope)(float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos0, const float *inv_freq);
-    /* scaled dot-product attention with causal + sliding mask, softmax in float32 */
-    void (*attention)(const gp_attn_args *a);
-    /* y [n, d] = table[ids[i]] * scale (scale 1 = none); table [vocab, d] */
-    void (*embed)(float *y, const int32_t *ids, int32_t n, const gp_wt *table, float scale);
-    /* gate [n] = act(gate) * up [n] */
-    void (*glu)(float *gate, const float *up, int64_t n, gp_act act);
-    /* y [n] += x [n] */
-    void (*add)(float *y, const float *x, int64_t n);
-    /* x [n] = cap * tanh(x / cap) */
-    void (*softcap)(float *x, int64_t n, float cap);
-} gp_backend;
+/* ---- instance, workspace, ops ---- */
 
-/* The CPU backend (reference). */
-const gp_backend *gp_backend_cpu(void);
+typedef enum gp_act { GP_ACT_SILU = 0, GP_ACT_GELU_TANH = 1 } gp_act;
+
+typedef struct gp_backend_params {
+    int32_t n_threads; /* default thread count of this instance's workspaces; 0 = online CPUs */
+} gp_backend_params;
+
+/* Per-context workspace parameters (sizes of the scratch it preallocates; ops never allocate). */
+typedef struct gp_ws_params {
+    int32_t n_threads;     /* threads the ops of this workspace use; 0 = the backend's default */
+    int32_t max_tokens;    /* most rows (tokens) one op call takes: the prefill chunk */
+    int32_t max_keys;      /* most keys one query sees (attention scratch) */
+    int32_t head_dim;
+    int32_t max_lora_rank; /* largest sum of LoRA ranks of one linear (0 = no LoRA) */
+} gp_ws_params;
+
+typedef struct gp_backend gp_backend;
+
+/* A workspace (one per context; created by ops->ws_init, freed by ops->ws_free). */
+typedef struct gp_ws {
+    gp_backend *be;
+    int32_t n_threads;   /* threads its ops use (CPU) */
+    gp_ws_params p;
+    void *impl;          /* backend-private: scratch, streams */
+} gp_ws;
+
+typedef struct gp_backend_ops {
+    /* -- instance and workspace -- */
+    void (*free)(gp_backend *be);
+    gp_status (*ws_init)(gp_backend *be, const gp_ws_params *p, gp_ws **out);
+    void (*ws_free)(gp_ws *ws); /* NULL = no-op */
+
+    /* -- memory (synchronous) -- */
+    void *(*alloc)(gp_backend *be, size_t bytes); /* NULL when out of memory; zero bytes gives a valid pointer */
+    void (*dealloc)(gp_backend *be, void *p);     /* NULL is a no-op */
+    void (*upload)(gp_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(gp_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(gp_backend *be, void *dst, const void *src, size_t bytes);
+    /* Binds a weight given as a host view (the mmap) into *out, usable by ops (CPU: *out = *view, no copy). */
+    gp_status (*bind_weight)(gp_backend *be, const gp_wt *view, gp_wt *out);
+    void (*unbind_weight)(gp_backend *be, gp_wt *w); /* releases what bind_weight allocated (CPU: nothing) */
+
+    /* -- compute (all float32; y may alias x only where said) -- */
+    /* y [n, L->w.rows] = x [n, L->w.cols] W^T + bias + LoRA terms (see gp_linear) */
+    void (*linear)(gp_ws *ws, float *y, const float *x, const gp_linear *L, int32_t n);
+    /* y [n, d] = x [n, d] * rsqrt(mean(x^2) + eps) * (w or 1 + w), w [d] dense; y may alias x */
+    void (*rmsnorm)(gp_ws *ws, float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps,
+                    int plus_one);
+    /* x [n, heads, hd] rotated in place (rotate_half convention) at positions pos0..pos0+n-1; inv_freq [hd/2] */
+    void (*rope)(gp_ws *ws, float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos0, const float *inv_freq);
+    /* scaled dot-product attention (gp_attn_args) */
+    void (*attention)(gp_ws *ws, const gp_attn_args *a);
+    /* y [n, table.cols] = table[ids[i]] * scale (scale 1 = none); ids are host memory */
+    void (*embed)(gp_ws *ws, float *y, const int32_t *ids, int32_t n, const gp_wt *table, float scale);
+    /* gate [n] = act(gate) * up [n] */
+    void (*glu)(gp_ws *ws, float *gate, const float *up, int64_t n, gp_act act);
+    /* y [n] += x [n] */
+    void (*add)(gp_ws *ws, float *y, const float *x, int64_t n);
+    /* x [n, d] += c * v [d] for every row (steering add) */
+    void (*add_row)(gp_ws *ws, float *x, const float *v, float c, int32_t n, int32_t d);
+    /* x [n] = cap * tanh(x / cap) */
+    void (*softcap)(gp_ws *ws, float *x, int64_t n, float cap);
+    /* rows [r0, r0+n) of dst = x [n, kvd], stored quantized (dst->q/scale/minv) when quant, else float32 (dst->f) */
+    void (*kv_store)(gp_ws *ws, const gp_kv_rows *dst, int32_t r0, const float *x, int32_t n, int quant);
+    /* rows [d0, d0+n) of dst = rows [s0, s0+n) of src (same layout), quantized or float32 rows */
+    void (*kv_copy)(gp_ws *ws, const gp_kv_rows *dst, int32_t d0, const gp_kv_rows *src, int32_t s0, int32_t n,
+                    int quant);
+} gp_backend_ops;
+
+/* A backend instance (one per model). */
+struct gp_backend {
+    const char *name;          /* "cpu", "cuda" */
+    const gp_backend_ops *ops;
+    int host_memory;           /* 1: backend memory is host memory (host pointers may be passed to ops) */
+    gp_backend_params p;
+    void *impl;                /* backend-private state */
+};
+
+/* Creates the CPU backend (reference).  *out is freed by gp_backend_free. */
+gp_status gp_backend_cpu_init(const gp_backend_params *p, gp_backend **out);
+
+/* Frees a backend instance (NULL = no-op).  Its buffers and workspaces must be freed first. */
+void gp_backend_free(gp_backend *be);
 
 #endif

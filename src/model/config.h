@@ -4,10 +4,9 @@
 #define GP_CONFIG_H
 
 #include "genparity.h"
+#include "kernels/backend.h" /* gp_act */
 
 #include <stdint.h>
-
-typedef enum { GP_ACT_SILU = 0, GP_ACT_GELU_TANH = 1 } gp_act;
 
 typedef enum { GP_ROPE_DEFAULT = 0, GP_ROPE_LINEAR = 1, GP_ROPE_LLAMA3 = 2 } gp_rope_type;
 

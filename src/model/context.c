@@ -1,9 +1,10 @@
-/* context.c — gp_ctx lifecycle and everything around the forward pass: named KV caches (select, fork, drop, trim),
- * prefix reuse, cache files with a model fingerprint, memory accounting and limits, steering hooks. */
+/* context.c — gp_ctx lifecycle and everything around the forward pass (forward.c): gp_ctx_eval (checks, cache
+ * reservation, chunking), named KV caches (select, fork, drop, trim), prefix reuse, cache files with a model
+ * fingerprint, memory accounting and limits, steering hooks.  Activations and the workspace come from the model's
+ * backend. */
 #include "model/ctx.h"
 #include "util/util.h"
 
-#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <math.h>
@@ -35,7 +36,36 @@ static gp_status add_cache(gp_ctx *c, const char *name, gp_cache *kc) {
 
 static gp_status new_cache(gp_ctx *c, const char *name, gp_cache **out) {
     const gp_config *cfg = &c->m->cfg;
-    return gp_cache_create(name, &c->kvp, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim, cfg->window, out);
+    return gp_cache_create(name, &c->kvp, c->m->be, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim, cfg->window, out);
+}
+
+/* The workspace and the activation buffers of one chunk, from the model's backend. */
+static gp_status alloc_activations(gp_ctx *x) {
+    const gp_config *c = &x->m->cfg;
+    const gp_ctx_params *p = &x->p;
+    gp_backend *be = x->m->be;
+    /* a query sees at most n_ctx keys, or max_kv_size with a rotating cache (positions grow without bound) */
+    const int32_t seen = p->max_kv_size > 0 ? p->max_kv_size : p->n_ctx;
+    const gp_ws_params wp = {.n_threads = p->n_threads, .max_tokens = p->prefill_chunk, .max_keys = seen,
+                             .head_dim = c->head_dim, .max_lora_rank = x->m->max_lora_rank};
+    gp_status s = be->ops->ws_init(be, &wp, &x->ws);
+    if (s) return s;
+    size_t C = (size_t)p->prefill_chunk, E = (size_t)c->n_embd, Q = (size_t)c->n_heads * (size_t)c->head_dim;
+    size_t KV = (size_t)c->n_kv_heads * (size_t)c->head_dim, F = (size_t)c->n_ff, V = (size_t)c->n_vocab;
+    size_t H = E > Q ? E : Q;
+    float **bufs[] = {&x->x, &x->h, &x->q, &x->k, &x->v, &x->att, &x->gate, &x->up, &x->logits};
+    const size_t rows[] = {E, H, Q, KV, KV, Q, F, F, be->host_memory ? 0 : V};
+    uint64_t total = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (!rows[i]) continue;
+        size_t n;
+        if (!gp_mul_ok(C, rows[i], &n) || !gp_mul_ok(n, sizeof(float), &n) || !(*bufs[i] = be->ops->alloc(be, n)))
+            return gp_set_error(GP_ERR_NOMEM, "gp_ctx_init: out of memory for activations (prefill_chunk %d, n_ctx %d)",
+                                p->prefill_chunk, p->n_ctx);
+        total += n;
+    }
+    x->scratch_bytes = total + sizeof(float) * (uint64_t)x->ws->n_threads * ((uint64_t)seen + 2 * (uint64_t)c->head_dim);
+    return GP_OK;
 }
 
 gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **out) {
@@ -62,6 +92,7 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     if (!x) return GP_ERR_NOMEM;
     x->m = m;
     x->p = p;
+    x->steer.be = m->be;
     x->kvp = (gp_kv_params){.n_ctx = p.n_ctx, .max_kv_size = p.max_kv_size, .keep = p.keep, .bits = p.kv_bits,
                             .group = p.kv_group_size, .q_start = p.quantized_kv_start};
     gp_cache *first;
@@ -71,26 +102,9 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
         gp_ctx_free(x);
         return s;
     }
-    size_t C = (size_t)p.prefill_chunk, E = (size_t)c->n_embd, Q = (size_t)c->n_heads * (size_t)c->head_dim;
-    size_t KV = (size_t)c->n_kv_heads * (size_t)c->head_dim, F = (size_t)c->n_ff;
-    size_t H = E > Q ? E : Q;
-    /* a query sees at most n_ctx keys, or max_kv_size with a rotating cache (positions grow without bound) */
-    int32_t seen = p.max_kv_size > 0 ? p.max_kv_size : p.n_ctx;
-    x->scratch_stride = seen + 2 * c->head_dim;
-    x->x = gp_malloc(C * E, sizeof(float));
-    x->h = gp_malloc(C * H, sizeof(float));
-    x->q = gp_malloc(C * Q, sizeof(float));
-    x->k = gp_malloc(C * KV, sizeof(float));
-    x->v = gp_malloc(C * KV, sizeof(float));
-    x->att = gp_malloc(C * Q, sizeof(float));
-    x->gate = gp_malloc(C * F, sizeof(float));
-    x->up = gp_malloc(C * F, sizeof(float));
-    x->attn_scratch = gp_malloc((size_t)p.n_threads * (size_t)x->scratch_stride, sizeof(float));
-    x->scratch_bytes = sizeof(float) * (C * (E + H + 2 * Q + 2 * KV + 2 * F) + (size_t)p.n_threads * x->scratch_stride);
-    if (!x->x || !x->h || !x->q || !x->k || !x->v || !x->att || !x->gate || !x->up || !x->attn_scratch) {
+    if ((s = alloc_activations(x))) {
         gp_ctx_free(x);
-        return gp_set_error(GP_ERR_NOMEM, "gp_ctx_init: out of memory for scratch (prefill_chunk %d, n_ctx %d)",
-                            p.prefill_chunk, p.n_ctx);
+        return s;
     }
     if (p.device == GP_DEVICE_CUDA && (s = gp_cuda_ctx_init(x))) {
         gp_ctx_free(x);
@@ -104,15 +118,10 @@ void gp_ctx_free(gp_ctx *c) {
     if (!c) return;
     for (int32_t i = 0; i < c->n_caches; i++) gp_cache_destroy(c->caches[i]);
     free(c->caches);
-    free(c->x);
-    free(c->h);
-    free(c->q);
-    free(c->k);
-    free(c->v);
-    free(c->att);
-    free(c->gate);
-    free(c->up);
-    free(c->attn_scratch);
+    gp_backend *be = c->m->be;
+    float *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->dealloc(be, bufs[i]);
+    if (c->ws) be->ops->ws_free(c->ws);
     gp_cuda_ctx_free(c->cuda);
     gp_steer_state_clear(&c->steer);
     free(c);
@@ -120,11 +129,11 @@ void gp_ctx_free(gp_ctx *c) {
 
 void gp_ctx_reset(gp_ctx *c) {
     if (!c) return;
-    gp_ctx_cache(c)->n_past = 0;
+    gp_cache_clear(gp_ctx_cache(c));
     c->steer.step = 0;
 }
 
-int32_t gp_ctx_n_past(const gp_ctx *c) { return c ? gp_ctx_cache(c)->n_past : 0; }
+int32_t gp_ctx_n_past(const gp_ctx *c) { return c ? gp_cache_n_past(gp_ctx_cache(c)) : 0; }
 
 const int32_t *gp_ctx_tokens(const gp_ctx *c, int32_t *n) {
     if (!c) {
@@ -132,8 +141,8 @@ const int32_t *gp_ctx_tokens(const gp_ctx *c, int32_t *n) {
         return NULL;
     }
     const gp_cache *kc = gp_ctx_cache(c);
-    if (n) *n = kc->n_past;
-    return kc->ids;
+    if (n) *n = gp_cache_n_past(kc);
+    return gp_cache_ids(kc);
 }
 
 uint64_t gp_ctx_kv_bytes(const gp_ctx *c) {
@@ -153,32 +162,59 @@ gp_status gp_ctx_memory(const gp_ctx *c, gp_mem_info *info) {
     return GP_OK;
 }
 
-gp_status gp_ctx_reserve(gp_ctx *c, int32_t n_total) {
+/* Makes the current cache ready to take positions up to n_total - 1 in chunks of prefill_chunk (growing its rings,
+ * unsharing forked buffers) within mem_limit_bytes.  After GP_OK, the forward's cache writes cannot fail. */
+static gp_status ctx_reserve(gp_ctx *c, int32_t n_total) {
     gp_cache *kc = gp_ctx_cache(c);
     if (c->p.mem_limit_bytes) {
-        /* what the caches would hold after growing: simulate on the layer geometry */
-        uint64_t now = gp_ctx_kv_bytes(c), mine = gp_cache_bytes(kc);
-        const uint64_t kvd = (uint64_t)kc->kvd;
-        uint64_t after = 0;
-        for (int32_t l = 0; l < kc->n_layers; l++) {
-            const gp_kv_layer *L = &kc->L[l];
-            int64_t need = n_total < L->cap_max ? n_total : L->cap_max;
-            int64_t cap = L->cap >= need ? L->cap : need;
-            int64_t nf = kc->p.bits ? (kc->p.q_start < cap ? kc->p.q_start : cap) : cap;
-            uint64_t rb = kc->p.bits ? (kvd * (uint64_t)kc->p.bits + 7) / 8 : 0;
-            uint64_t ng = kc->p.bits ? (kvd + (uint64_t)kc->p.group - 1) / (uint64_t)kc->p.group : 0;
-            after += 2 * ((uint64_t)nf * kvd * 4 + (uint64_t)cap * (rb + 2 * ng * 4));
-        }
+        const uint64_t now = gp_ctx_kv_bytes(c), mine = gp_cache_bytes(kc), after = gp_cache_bytes_for(kc, n_total);
         if (now - mine + after + c->scratch_bytes > c->p.mem_limit_bytes)
             return gp_set_error(GP_ERR_NOMEM,
                                 "KV cache '%s': %d positions need %.1f MB of caches + scratch, over the context's "
                                 "memory limit of %.1f MB",
-                                kc->name, n_total, (double)(now - mine + after + c->scratch_bytes) / 1e6,
+                                gp_cache_name(kc), n_total, (double)(now - mine + after + c->scratch_bytes) / 1e6,
                                 (double)c->p.mem_limit_bytes / 1e6);
     }
-    gp_status s = gp_cache_reserve(kc, n_total);
-    for (int32_t l = 0; l < kc->n_layers && !s; l++) s = gp_cache_unshare(kc, l);
-    return s;
+    return gp_cache_reserve(kc, n_total, c->p.prefill_chunk);
+}
+
+gp_status gp_ctx_eval(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_opts *opts, float *logits) {
+    if (!c || (!ids && n > 0) || n < 0) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_eval: bad arguments");
+    if (n == 0) return GP_OK;
+    const gp_config *cfg = &c->m->cfg;
+    gp_cache *kc = gp_ctx_cache(c);
+    const int32_t n_past = gp_cache_n_past(kc);
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= cfg->n_vocab)
+            return gp_set_error(GP_ERR_RANGE, "gp_ctx_eval: token id %d at index %d is outside the vocabulary [0, %d)",
+                                ids[i], i, cfg->n_vocab);
+    if (c->kvp.max_kv_size == 0 && (int64_t)n_past + n > c->p.n_ctx)
+        return gp_set_error(GP_ERR_RANGE, "gp_ctx_eval: %d cached + %d new positions exceed n_ctx = %d", n_past, n,
+                            c->p.n_ctx);
+    if ((int64_t)n_past + n > INT32_MAX / 2)
+        return gp_set_error(GP_ERR_RANGE, "gp_ctx_eval: position counter would overflow");
+    if (opts && opts->n_hidden_layers > 0) {
+        if (!opts->hidden_layers || !opts->hidden_out)
+            return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_eval: hidden_layers and hidden_out are required");
+        for (int32_t j = 0; j < opts->n_hidden_layers; j++)
+            if (opts->hidden_layers[j] < 0 || opts->hidden_layers[j] > cfg->n_layers)
+                return gp_set_error(GP_ERR_RANGE, "gp_ctx_eval: hidden layer index %d outside [0, %d]",
+                                    opts->hidden_layers[j], cfg->n_layers);
+    }
+    gp_status s = ctx_reserve(c, n_past + n);
+    if (s || (s = gp_cache_begin(kc, ids, n, c->steer.epoch))) return s;
+    const int all = opts && opts->all_logits;
+    for (int32_t t0 = 0; t0 < n; t0 += c->p.prefill_chunk) {
+        const int32_t cn = n - t0 < c->p.prefill_chunk ? n - t0 : c->p.prefill_chunk;
+        float *lg = NULL;
+        if (logits && all) lg = logits + (size_t)t0 * cfg->n_vocab;
+        else if (logits && t0 + cn == n) lg = logits;
+        if (c->cuda) { /* the CUDA backend's own forward (forward_cuda.c) */
+            if ((s = gp_cuda_forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all))) return s;
+        } else gp_forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all);
+    }
+    c->steer.step++;
+    return GP_OK;
 }
 
 gp_status gp_ctx_trim(gp_ctx *c, int32_t n) {
@@ -191,14 +227,15 @@ gp_status gp_ctx_prefill(gp_ctx *c, const int32_t *ids, int32_t n, float *logits
     gp_cache *kc = gp_ctx_cache(c);
     c->steer.step = 0; /* a new request: its prefill is steering step 0 */
     /* cached positions are reusable only if computed under the current hooks, and those do not vary by step */
-    int reusable = !kc->steer_mixed && kc->steer_epoch == c->steer.epoch;
+    int reusable = gp_cache_reusable(kc, c->steer.epoch);
     for (int32_t i = 0; i < c->steer.n_hooks; i++)
         if (c->steer.hooks[i].h.schedule != GP_STEER_CONSTANT) reusable = 0;
+    const int32_t held = gp_cache_n_past(kc), *have = gp_cache_ids(kc);
     int32_t k = 0;
-    while (reusable && k < kc->n_past && k < n && kc->ids[k] == ids[k]) k++;
+    while (reusable && k < held && k < n && have[k] == ids[k]) k++;
     if (k == n) k--; /* evaluate at least the last token to get its logits */
-    if (k < kc->n_past && gp_cache_trim(kc, k) != GP_OK) k = 0;
-    if (k == 0) kc->n_past = 0;
+    if (k < held && gp_cache_trim(kc, k) != GP_OK) k = 0;
+    if (k == 0) gp_cache_clear(kc);
     if (n_reused) *n_reused = k;
     return gp_ctx_eval(c, ids + k, n - k, NULL, logits);
 }
@@ -207,7 +244,7 @@ gp_status gp_ctx_prefill(gp_ctx *c, const int32_t *ids, int32_t n, float *logits
 
 static int32_t find_cache(const gp_ctx *c, const char *name) {
     for (int32_t i = 0; i < c->n_caches; i++)
-        if (!strcmp(c->caches[i]->name, name)) return i;
+        if (!strcmp(gp_cache_name(c->caches[i]), name)) return i;
     return -1;
 }
 
@@ -260,7 +297,7 @@ gp_status gp_ctx_cache_drop(gp_ctx *c, const char *name) {
     return GP_OK;
 }
 
-const char *gp_ctx_cache_name(const gp_ctx *c) { return c ? gp_ctx_cache(c)->name : NULL; }
+const char *gp_ctx_cache_name(const gp_ctx *c) { return c ? gp_cache_name(gp_ctx_cache(c)) : NULL; }
 
 /* ---- cache files ---- */
 
@@ -367,20 +404,21 @@ gp_status gp_ctx_cache_load(gp_ctx *c, const char *path) {
     snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));
     const gp_config *cfg = &c->m->cfg;
     gp_cache *kc;
-    gp_status s = gp_cache_load(path, gp_ctx_cache(c)->name, &c->kvp, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim,
-                                cfg->window, check_file, &lc, &kc);
+    gp_status s = gp_cache_load(path, gp_cache_name(gp_ctx_cache(c)), &c->kvp, c->m->be, cfg->n_layers,
+                                cfg->n_kv_heads * cfg->head_dim, cfg->window, check_file, &lc, &kc);
     if (s) return s;
     /* positions computed under other steering hooks than the context's current ones are never reused */
     char now[1024];
     steer_desc(c, now, sizeof now);
     gp_st_set *st;
     const char *was = NULL;
+    int mixed = 1;
     if (gp_st_open_file(path, &st) == GP_OK) {
         was = gp_st_metadata(st, "steering_hooks");
-        kc->steer_mixed = !was || strcmp(was, now);
+        mixed = !was || strcmp(was, now);
         gp_st_close(st);
-    } else kc->steer_mixed = 1;
-    kc->steer_epoch = c->steer.epoch;
+    }
+    gp_cache_set_provenance(kc, c->steer.epoch, mixed);
     gp_cache_destroy(c->caches[c->cur]);
     c->caches[c->cur] = kc;
     return GP_OK;
@@ -399,19 +437,30 @@ void gp_ctx_steer_clear(gp_ctx *c) {
 
 gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha) {
     if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_logit_bias_vector: ctx is NULL");
-    free(c->steer.bias);
+    gp_backend *be = c->m->be;
+    be->ops->dealloc(be, c->steer.bias);
     c->steer.bias = NULL;
     if (!vector) return GP_OK;
     if (!isfinite(alpha)) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_logit_bias_vector: alpha must be finite");
     for (int32_t i = 0; i < c->m->cfg.n_embd; i++)
         if (!isfinite(vector[i]))
             return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_logit_bias_vector: vector entry %d is not finite", (int)i);
-    const int32_t V = c->m->cfg.n_vocab;
-    float *b = gp_malloc((size_t)V, sizeof(float));
-    if (!b) return GP_ERR_NOMEM;
-    omp_set_num_threads(c->p.n_threads);
-    c->m->be->matmul(b, vector, &c->m->lm_head, NULL, 1); /* W [V, E] @ v [E] */
-    for (int32_t i = 0; i < V; i++) b[i] *= alpha;
+    const int32_t V = c->m->cfg.n_vocab, E = c->m->cfg.n_embd;
+    float *host = gp_malloc((size_t)V, sizeof(float));
+    float *b = be->ops->alloc(be, (size_t)V * sizeof(float)), *v = be->ops->alloc(be, (size_t)E * sizeof(float));
+    if (!host || !b || !v) {
+        free(host);
+        be->ops->dealloc(be, b);
+        be->ops->dealloc(be, v);
+        return GP_ERR_NOMEM;
+    }
+    be->ops->upload(be, v, vector, (size_t)E * sizeof(float));
+    be->ops->linear(c->ws, b, v, &c->m->lm_head, 1); /* W [V, E] @ v [E] */
+    be->ops->download(be, host, b, (size_t)V * sizeof(float));
+    for (int32_t i = 0; i < V; i++) host[i] *= alpha;
+    be->ops->upload(be, b, host, (size_t)V * sizeof(float));
+    free(host);
+    be->ops->dealloc(be, v);
     c->steer.bias = b;
     return GP_OK;
 }
@@ -419,4 +468,4 @@ gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha) 
 /* ---- internal accessors ---- */
 
 const gp_model *gp_ctx_model(const gp_ctx *c) { return c ? c->m : NULL; }
-int32_t gp_ctx_layer_cap(const gp_ctx *c, int32_t l) { return gp_ctx_cache(c)->L[l].cap; }
+int32_t gp_ctx_layer_cap(const gp_ctx *c, int32_t l) { return gp_cache_layer_cap(gp_ctx_cache(c), l); }

@@ -1,5 +1,6 @@
-/* ctx.h — the context (gp_ctx): the model it runs, its named KV caches, activation scratch and steering state.
- * Shared by forward.c (the forward pass) and context.c (lifecycle, caches, files, accounting). */
+/* ctx.h — the context (gp_ctx): the model it runs, its backend workspace, named KV caches, activation buffers and
+ * steering state.  Shared by context.c (lifecycle, gp_ctx_eval, caches, files, accounting) and forward.c (the math
+ * of one chunk). */
 #ifndef GP_CTX_H
 #define GP_CTX_H
 
@@ -11,9 +12,10 @@ struct gp_ctx {
     const gp_model *m;
     gp_ctx_params p;
     gp_kv_params kvp;
+    gp_ws *ws;           /* the backend workspace: thread count, per-thread scratch */
     gp_cache **caches;   /* named caches; caches[cur] is the one gp_ctx_eval uses */
     int32_t n_caches, cur;
-    /* scratch for one chunk of p.prefill_chunk tokens */
+    /* activations for one chunk of p.prefill_chunk tokens, in backend memory */
     float *x;            /* [chunk, n_embd] residual stream */
     float *h;            /* [chunk, max(n_embd, n_heads*head_dim)] normed input / projections out */
     float *q;            /* [chunk, n_heads*head_dim] */
@@ -21,8 +23,7 @@ struct gp_ctx {
     float *v;            /* [chunk, n_kv*head_dim] */
     float *att;          /* [chunk, n_heads*head_dim] */
     float *gate, *up;    /* [chunk, n_ff] */
-    float *attn_scratch; /* [n_threads, scratch_stride] attention scores + dequantized rows */
-    int32_t scratch_stride;
+    float *logits;       /* [chunk, n_vocab] when backend memory is not host memory (read back), else NULL */
     uint64_t scratch_bytes;
     gp_steer_state steer; /* residual hooks, logit-bias vector, forward step counter */
     gp_cuda_ctx *cuda;    /* device KV cache and scratch (p.device == GP_DEVICE_CUDA), else NULL */
@@ -30,8 +31,11 @@ struct gp_ctx {
 
 static inline gp_cache *gp_ctx_cache(const gp_ctx *c) { return c->caches[c->cur]; }
 
-/* Makes the current cache ready to take positions up to n_total - 1: grows its rings, gives it its own copy of
- * buffers shared with a fork, and enforces mem_limit_bytes.  After GP_OK, writes to the cache cannot fail. */
-gp_status gp_ctx_reserve(gp_ctx *c, int32_t n_total);
+/* Runs one chunk of n tokens (ids, host memory) at the current cache's positions n_past.. through every layer and
+ * advances the cache.  logits (host): [n, V] when all, else [V] of the last token, NULL for none.  Hidden states
+ * requested by o are read back into o->hidden_out at token offset t0 of n_total.  The cache must have been
+ * reserved and begun (gp_cache_reserve / gp_cache_begin); nothing here can fail. */
+void gp_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_opts *o, int32_t t0, int32_t n_total,
+                      float *logits, int all);
 
 #endif

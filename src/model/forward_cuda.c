@@ -29,15 +29,19 @@ gp_status gp_cuda_forward_chunk(struct gp_ctx *c, const int32_t *ids, int32_t n,
 #else
 #include "kernels/cuda/cuda_ops.h"
 
-#define NW ((int)(sizeof(gp_layer) / sizeof(gp_wt)))          /* weights of a layer */
-#define WI(field) ((int)(offsetof(gp_layer, field) / sizeof(gp_wt)))
+/* One layer's weights on the device (gp_layer's, by name). */
+typedef struct cu_layer {
+    gp_cu_wt attn_norm, q_norm, k_norm, attn_post_norm, ffn_norm, ffn_post_norm;
+    gp_cu_wt wq, wk, wv, wo, wg, wu, wd; /* projections */
+    gp_cu_wt bq, bk, bv, bo, bg, bu, bd; /* their biases (data NULL = none) */
+    gp_cu_wt qkv, qkv_b, gu, gu_b;       /* q|k|v and gate|up rows stacked, with their biases (data NULL when not
+                                            stacked); wq.. wu are views into these */
+} cu_layer;
 
 struct gp_cuda_model {
     gp_cu *d;               /* the uploading handle (each context has its own stream) */
     gp_cu_wt tok_embd, out_norm, lm_head;
-    gp_cu_wt *layers;       /* [n_layers * NW], in gp_layer's field order */
-    gp_cu_wt *fused;        /* [n_layers * 4]: q|k|v rows, their biases, gate|up rows, their biases (data NULL when
-                               not fused); the parts above are views into these */
+    cu_layer *layers;       /* [n_layers] */
     float *inv_full, *inv_sliding;
     void **allocs;
     int32_t n_allocs;
@@ -51,6 +55,7 @@ struct gp_cuda_ctx {
     float *qkv, *gu;        /* decode: the fused projections' outputs [Q + 2 KV], [2 F] */
     int32_t *ids, *pos;
     gp_cu_kv *kv;           /* [n_layers] */
+    int32_t *window;        /* [n_layers] the layer's visibility window (0 = all earlier positions) */
     int32_t C, ns, qb, lb;  /* chunk, attention splits, queries per attention call, logit rows per matmul */
     void *graph;            /* the decode step captured as a CUDA graph, for graph_ns attention splits */
     int32_t graph_ns;
@@ -76,12 +81,12 @@ static int dev_alloc(gp_cu *d, void ***list, int32_t *n, uint64_t *total, size_t
 }
 
 static gp_cu_wt cu_wt_shape(const gp_wt *w) {
-    gp_cu_wt o = {NULL, w->dtype == GP_DTYPE_F32 ? GP_CU_F32 : w->dtype == GP_DTYPE_BF16 ? GP_CU_BF16 : GP_CU_F16,
+    gp_cu_wt o = {NULL, w->format == GP_WFMT_F32 ? GP_CU_F32 : w->format == GP_WFMT_BF16 ? GP_CU_BF16 : GP_CU_F16,
                   w->rows, w->cols};
     return o;
 }
 
-static size_t wt_bytes(const gp_wt *w) { return w->data ? (size_t)(w->rows * w->cols) * gp_dtype_size(w->dtype) : 0; }
+static size_t wt_bytes(const gp_wt *w) { return (size_t)gp_wt_bytes(w); }
 
 static int upload(gp_cuda_model *dm, const gp_wt *w, gp_cu_wt *o) {
     *o = cu_wt_shape(w);
@@ -102,7 +107,7 @@ static int upload_cat(gp_cuda_model *dm, const gp_wt *const *parts, int np, int 
     int64_t rows = 0, cols = 0;
     size_t bytes = 0;
     for (int i = 0; i < np; i++) {
-        if (!parts[i]->data || parts[i]->dtype != parts[0]->dtype || (!vec && parts[i]->cols != parts[0]->cols))
+        if (!parts[i]->data || parts[i]->format != parts[0]->format || (!vec && parts[i]->cols != parts[0]->cols))
             return 0;
         rows += parts[i]->rows;
         cols += parts[i]->cols;
@@ -124,22 +129,56 @@ static int upload_cat(gp_cuda_model *dm, const gp_wt *const *parts, int np, int 
     return e;
 }
 
-/* Layer l's weights: q|k|v and gate|up stacked (with their biases when all are present), the rest one by one. */
-static int upload_layer(gp_cuda_model *dm, const gp_layer *L, int32_t l) {
-    gp_cu_wt *W = &dm->layers[(size_t)l * NW], *F = &dm->fused[(size_t)l * 4];
-    const gp_wt *qkv[] = {&L->wq, &L->wk, &L->wv}, *qkvb[] = {&L->bq, &L->bk, &L->bv};
-    const gp_wt *gu[] = {&L->w_gate, &L->w_up}, *gub[] = {&L->b_gate, &L->b_up};
-    gp_cu_wt *oq[] = {&W[WI(wq)], &W[WI(wk)], &W[WI(wv)]}, *oqb[] = {&W[WI(bq)], &W[WI(bk)], &W[WI(bv)]};
-    gp_cu_wt *og[] = {&W[WI(w_gate)], &W[WI(w_up)]}, *ogb[] = {&W[WI(b_gate)], &W[WI(b_up)]};
-    int e = upload_cat(dm, qkv, 3, 0, oq, &F[0]);
-    if (!e && F[0].data && L->bq.data) e = upload_cat(dm, qkvb, 3, 1, oqb, &F[1]);
-    if (!e && F[0].data && !!L->bq.data != !!F[1].data) F[0].data = NULL; /* biases not stackable: no fusion */
-    if (!e) e = upload_cat(dm, gu, 2, 0, og, &F[2]);
-    if (!e && F[2].data && L->b_gate.data) e = upload_cat(dm, gub, 2, 1, ogb, &F[3]);
-    if (!e && F[2].data && !!L->b_gate.data != !!F[3].data) F[2].data = NULL;
-    for (int i = 0; i < NW && !e; i++)
-        if (!W[i].data) e = upload(dm, &((const gp_wt *)L)[i], &W[i]);
+/* Layer L's weights: q|k|v and gate|up stacked (with their biases when all are present), the rest one by one. */
+static int upload_layer(gp_cuda_model *dm, const gp_layer *L, cu_layer *W) {
+    const gp_wt *qkv[] = {&L->q.w, &L->k.w, &L->v.w}, *qkvb[] = {&L->q.bias, &L->k.bias, &L->v.bias};
+    const gp_wt *gu[] = {&L->gate.w, &L->up.w}, *gub[] = {&L->gate.bias, &L->up.bias};
+    gp_cu_wt *oq[] = {&W->wq, &W->wk, &W->wv}, *oqb[] = {&W->bq, &W->bk, &W->bv};
+    gp_cu_wt *og[] = {&W->wg, &W->wu}, *ogb[] = {&W->bg, &W->bu};
+    int e = upload_cat(dm, qkv, 3, 0, oq, &W->qkv);
+    if (!e && W->qkv.data && L->q.bias.data) e = upload_cat(dm, qkvb, 3, 1, oqb, &W->qkv_b);
+    if (!e && W->qkv.data && !!L->q.bias.data != !!W->qkv_b.data) W->qkv.data = NULL; /* biases not stackable */
+    if (!e) e = upload_cat(dm, gu, 2, 0, og, &W->gu);
+    if (!e && W->gu.data && L->gate.bias.data) e = upload_cat(dm, gub, 2, 1, ogb, &W->gu_b);
+    if (!e && W->gu.data && !!L->gate.bias.data != !!W->gu_b.data) W->gu.data = NULL;
+    struct { const gp_wt *h; gp_cu_wt *d; } one[] = {
+        {&L->attn_norm, &W->attn_norm}, {&L->q_norm, &W->q_norm}, {&L->k_norm, &W->k_norm},
+        {&L->attn_post_norm, &W->attn_post_norm}, {&L->ffn_norm, &W->ffn_norm}, {&L->ffn_post_norm, &W->ffn_post_norm},
+        {&L->q.w, &W->wq}, {&L->k.w, &W->wk}, {&L->v.w, &W->wv}, {&L->o.w, &W->wo}, {&L->gate.w, &W->wg},
+        {&L->up.w, &W->wu}, {&L->down.w, &W->wd}, {&L->q.bias, &W->bq}, {&L->k.bias, &W->bk}, {&L->v.bias, &W->bv},
+        {&L->o.bias, &W->bo}, {&L->gate.bias, &W->bg}, {&L->up.bias, &W->bu}, {&L->down.bias, &W->bd},
+    };
+    for (size_t i = 0; i < sizeof one / sizeof one[0] && !e; i++)
+        if (!one[i].d->data) e = upload(dm, one[i].h, one[i].d);
     return e;
+}
+
+/* GP_OK when every weight of m is in a format the CUDA kernels read (f32, bf16, f16) and no linear has LoRA terms. */
+static gp_status check_formats(const gp_model *m) {
+    const gp_config *cfg = &m->cfg;
+    if (m->max_lora_rank > 0)
+        return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: device cuda: LoRA adapters are CPU-only for now");
+    for (int32_t l = 0; l < cfg->n_layers; l++) {
+        const gp_linear *P[] = {&m->layers[l].q, &m->layers[l].k, &m->layers[l].v, &m->layers[l].o,
+                                &m->layers[l].gate, &m->layers[l].up, &m->layers[l].down};
+        for (int i = 0; i < 7; i++)
+            if (P[i]->w.format > GP_WFMT_F16 || P[i]->n_lora > 0)
+                return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: device cuda: layer %d: weight format %d or "
+                                                        "LoRA terms are CPU-only for now", l, (int)P[i]->w.format);
+    }
+    if (m->lm_head.w.format > GP_WFMT_F16 || m->tok_embd.format > GP_WFMT_F16)
+        return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: device cuda: quantized embeddings are CPU-only for now");
+    return GP_OK;
+}
+
+/* Bytes of the weights of layer L (as uploaded). */
+static uint64_t layer_bytes(const gp_layer *L) {
+    const gp_wt *w[] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->attn_post_norm, &L->ffn_norm, &L->ffn_post_norm,
+                        &L->q.w, &L->k.w, &L->v.w, &L->o.w, &L->gate.w, &L->up.w, &L->down.w, &L->q.bias,
+                        &L->k.bias, &L->v.bias, &L->o.bias, &L->gate.bias, &L->up.bias, &L->down.bias};
+    uint64_t b = 0;
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) b += gp_wt_bytes(w[i]);
+    return b;
 }
 
 void gp_cuda_model_free(gp_cuda_model *dm) {
@@ -147,7 +186,6 @@ void gp_cuda_model_free(gp_cuda_model *dm) {
     for (int32_t i = 0; i < dm->n_allocs; i++) gp_cu_release(dm->d, dm->allocs[i]);
     free(dm->allocs);
     free(dm->layers);
-    free(dm->fused);
     gp_cu_close(dm->d);
     free(dm);
 }
@@ -163,10 +201,9 @@ static gp_status model_upload(const gp_model *m, gp_cuda_model **out) {
         free(dm);
         return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: device cuda: %s", msg);
     }
-    uint64_t need = wt_bytes(&m->tok_embd) + wt_bytes(&m->out_norm), fb = 0, tb = 0;
-    if (m->lm_head.data != m->tok_embd.data) need += wt_bytes(&m->lm_head);
-    for (int32_t l = 0; l < cfg->n_layers; l++)
-        for (int i = 0; i < NW; i++) need += wt_bytes(&((const gp_wt *)&m->layers[l])[i]);
+    uint64_t need = gp_wt_bytes(&m->tok_embd) + gp_wt_bytes(&m->out_norm), fb = 0, tb = 0;
+    if (!m->lm_head_tied) need += gp_wt_bytes(&m->lm_head.w);
+    for (int32_t l = 0; l < cfg->n_layers; l++) need += layer_bytes(&m->layers[l]);
     gp_cu_mem(dm->d, msg, sizeof msg, &fb, &tb);
     if (need + (256u << 20) > fb) {
         gp_status s = gp_set_error(GP_ERR_NOMEM, "gp_ctx_init: device cuda: %s: the weights need %.2f GB, the device "
@@ -174,16 +211,15 @@ static gp_status model_upload(const gp_model *m, gp_cuda_model **out) {
         gp_cuda_model_free(dm);
         return s;
     }
-    if (!(dm->layers = calloc((size_t)cfg->n_layers * NW, sizeof *dm->layers)) ||
-        !(dm->fused = calloc((size_t)cfg->n_layers * 4, sizeof *dm->fused))) {
+    if (!(dm->layers = calloc((size_t)cfg->n_layers, sizeof *dm->layers))) {
         gp_cuda_model_free(dm);
         return GP_ERR_NOMEM;
     }
     e = upload(dm, &m->tok_embd, &dm->tok_embd);
     if (!e) e = upload(dm, &m->out_norm, &dm->out_norm);
-    if (!e && m->lm_head.data != m->tok_embd.data) e = upload(dm, &m->lm_head, &dm->lm_head);
+    if (!e && !m->lm_head_tied) e = upload(dm, &m->lm_head.w, &dm->lm_head);
     else dm->lm_head = dm->tok_embd;
-    for (int32_t l = 0; l < cfg->n_layers && !e; l++) e = upload_layer(dm, &m->layers[l], l);
+    for (int32_t l = 0; l < cfg->n_layers && !e; l++) e = upload_layer(dm, &m->layers[l], &dm->layers[l]);
     size_t fb2 = (size_t)cfg->head_dim / 2 * sizeof(float);
     if (!e) e = dev_alloc(dm->d, &dm->allocs, &dm->n_allocs, &dm->bytes, fb2, (void **)&dm->inv_full);
     if (!e) e = dev_alloc(dm->d, &dm->allocs, &dm->n_allocs, &dm->bytes, fb2, (void **)&dm->inv_sliding);
@@ -204,6 +240,7 @@ void gp_cuda_ctx_free(gp_cuda_ctx *x) {
     for (int32_t i = 0; i < x->n_allocs; i++) gp_cu_release(x->d, x->allocs[i]);
     free(x->allocs);
     free(x->kv);
+    free(x->window);
     gp_cu_close(x->d);
     free(x);
 }
@@ -233,11 +270,22 @@ static gp_status ctx_alloc(gp_ctx *c, gp_cuda_ctx *x) {
     for (size_t i = 0; i < sizeof a / sizeof a[0] && !e; i++)
         e = dev_alloc(x->d, &x->allocs, &x->n_allocs, &x->bytes, a[i].bytes, a[i].p);
     if (!(x->kv = calloc((size_t)g->n_layers, sizeof *x->kv))) return GP_ERR_NOMEM;
-    const gp_cache *kc = gp_ctx_cache(c);
+    if (!(x->window = calloc((size_t)g->n_layers, sizeof *x->window))) return GP_ERR_NOMEM;
+    const gp_kv_params *kp = &c->kvp;
     for (int32_t l = 0; l < g->n_layers && !e; l++) {
+        /* the ring geometry kvcache.c gives this layer: rotating (max_kv_size, keep pinned) or the model's sliding
+         * window, else every position up to n_ctx; allocated whole (slot = f(position) never changes) */
         gp_cu_kv *kv = &x->kv[l];
-        kv->cap = kc->L[l].cap_max;
-        kv->keep = kc->L[l].keep;
+        const int32_t w = g->window[l];
+        if (kp->max_kv_size > 0 && (w == 0 || w > kp->max_kv_size - kp->keep)) {
+            kv->keep = kp->keep;
+            kv->cap = kp->max_kv_size;
+            x->window[l] = kp->max_kv_size - kp->keep;
+        } else {
+            kv->keep = 0;
+            kv->cap = w > 0 && w < kp->n_ctx ? w : kp->n_ctx;
+            x->window[l] = w;
+        }
         kv->kvd = (int32_t)KV;
         e = dev_alloc(x->d, &x->allocs, &x->n_allocs, &x->bytes, (size_t)kv->cap * KV * 4, (void **)&kv->k);
         if (!e) e = dev_alloc(x->d, &x->allocs, &x->n_allocs, &x->bytes, (size_t)kv->cap * KV * 4, (void **)&kv->v);
@@ -254,7 +302,8 @@ gp_status gp_cuda_ctx_init(gp_ctx *c) {
         return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: device cuda: quantized KV caches (kv_bits %d) are "
                                                 "CPU-only for now", c->p.kv_bits);
     gp_model *m = (gp_model *)c->m; /* the device copy is a lazily built cache of immutable data, like the fingerprint */
-    gp_status s = GP_OK;
+    gp_status s = check_formats(m);
+    if (s) return s;
     pthread_mutex_lock(&m->fp_lock);
     if (!m->cuda) s = model_upload(m, &m->cuda);
     pthread_mutex_unlock(&m->fp_lock);
@@ -288,13 +337,12 @@ static gp_status attention(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int3
                            const float *k, const float *v, int stored) {
     const gp_config *g = &c->m->cfg;
     const int32_t nh = g->n_heads, hd = g->head_dim;
-    const gp_kv_layer *L = &gp_ctx_cache(c)->L[l];
     for (int32_t t = 0; t < n; t += x->qb) {
         const int32_t cnt = n - t < x->qb ? n - t : x->qb;
         gp_cu_attn a = {
             .out = x->att + (size_t)t * nh * hd, .q = q + (size_t)t * nh * hd, .k_new = k, .v_new = v,
             .cache = &x->kv[l], .pos0 = x->pos, .n = cnt, .n_heads = nh, .n_kv = g->n_kv_heads, .head_dim = hd,
-            .window = L->window, .t_off = t, .scale = g->arch.attn_scale, .softcap = g->arch.attn_softcap,
+            .window = x->window[l], .t_off = t, .scale = g->arch.attn_scale, .softcap = g->arch.attn_softcap,
             .n_splits = (pos0 + t + cnt + GP_CU_ATTN_SPLIT - 1) / GP_CU_ATTN_SPLIT, .part = x->part,
         };
         CK(gp_cu_attention(x->d, &a));
@@ -319,24 +367,24 @@ static gp_status capture(gp_cuda_ctx *x, const gp_eval_opts *o, int32_t idx, int
 static gp_status attn_block(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int32_t pos0) {
     const gp_config *cfg = &c->m->cfg;
     const gp_arch *a = &cfg->arch;
-    const gp_cu_wt *W = &x->dm->layers[(size_t)l * NW], *F = &x->dm->fused[(size_t)l * 4];
+    const cu_layer *W = &x->dm->layers[l];
     const int32_t E = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
     const int po = a->norm_plus_one;
     const float eps = cfg->norm_eps;
     gp_cu *d = x->d;
     float *q = x->q, *k = x->k, *v = x->v;
-    CK(gp_cu_rmsnorm(d, x->h, x->x, &W[WI(attn_norm)], n, E, eps, po));
-    if (n == 1 && F[0].data) {
+    CK(gp_cu_rmsnorm(d, x->h, x->x, &W->attn_norm, n, E, eps, po));
+    if (n == 1 && W->qkv.data) {
         q = x->qkv, k = q + (size_t)nh * hd, v = k + (size_t)nkv * hd;
-        CK(gp_cu_matmul(d, q, x->h, &F[0], &F[1], 1));
+        CK(gp_cu_matmul(d, q, x->h, &W->qkv, &W->qkv_b, 1));
     } else {
-        CK(gp_cu_matmul(d, q, x->h, &W[WI(wq)], &W[WI(bq)], n));
-        CK(gp_cu_matmul(d, k, x->h, &W[WI(wk)], &W[WI(bk)], n));
-        CK(gp_cu_matmul(d, v, x->h, &W[WI(wv)], &W[WI(bv)], n));
+        CK(gp_cu_matmul(d, q, x->h, &W->wq, &W->bq, n));
+        CK(gp_cu_matmul(d, k, x->h, &W->wk, &W->bk, n));
+        CK(gp_cu_matmul(d, v, x->h, &W->wv, &W->bv, n));
     }
     if (a->qk_norm) {
-        CK(gp_cu_rmsnorm(d, q, q, &W[WI(q_norm)], n * nh, hd, eps, po));
-        CK(gp_cu_rmsnorm(d, k, k, &W[WI(k_norm)], n * nkv, hd, eps, po));
+        CK(gp_cu_rmsnorm(d, q, q, &W->q_norm, n * nh, hd, eps, po));
+        CK(gp_cu_rmsnorm(d, k, k, &W->k_norm, n * nkv, hd, eps, po));
     }
     const float *inv_freq = cfg->window[l] > 0 ? x->dm->inv_sliding : x->dm->inv_full;
     /* decode: rope of q and k and the cache store in one kernel (storing before attention is safe for one token:
@@ -350,10 +398,10 @@ static gp_status attn_block(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int
     gp_status s = attention(c, x, l, n, pos0, q, k, v, stored);
     if (s) return s;
     if (a->sandwich_norms) {
-        CK(gp_cu_matmul(d, x->h, x->att, &W[WI(wo)], &W[WI(bo)], n));
-        CK(gp_cu_rmsnorm(d, x->h, x->h, &W[WI(attn_post_norm)], n, E, eps, po));
+        CK(gp_cu_matmul(d, x->h, x->att, &W->wo, &W->bo, n));
+        CK(gp_cu_rmsnorm(d, x->h, x->h, &W->attn_post_norm, n, E, eps, po));
         CK(gp_cu_add(d, x->x, x->h, (int64_t)n * E));
-    } else CK(gp_cu_matmul_add(d, x->x, x->att, &W[WI(wo)], &W[WI(bo)], n));
+    } else CK(gp_cu_matmul_add(d, x->x, x->att, &W->wo, &W->bo, n));
     return GP_OK;
 }
 
@@ -361,7 +409,7 @@ static gp_status attn_block(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int
 static gp_status layer(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int32_t pos0) {
     const gp_config *cfg = &c->m->cfg;
     const gp_arch *a = &cfg->arch;
-    const gp_cu_wt *W = &x->dm->layers[(size_t)l * NW], *F = &x->dm->fused[(size_t)l * 4];
+    const cu_layer *W = &x->dm->layers[l];
     const int32_t E = cfg->n_embd, FF = cfg->n_ff;
     const int po = a->norm_plus_one;
     const float eps = cfg->norm_eps;
@@ -369,22 +417,22 @@ static gp_status layer(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int32_t 
     gp_cu *d = x->d;
     gp_status s = attn_block(c, x, l, n, pos0);
     if (s) return s;
-    CK(gp_cu_rmsnorm(d, x->h, x->x, &W[WI(ffn_norm)], n, E, eps, po));
+    CK(gp_cu_rmsnorm(d, x->h, x->x, &W->ffn_norm, n, E, eps, po));
     const int sw = a->sandwich_norms;
-    if (n == 1 && F[2].data) { /* decode: gate|up stacked into one projection */
-        CK(gp_cu_matmul(d, x->gu, x->h, &F[2], &F[3], 1));
+    if (n == 1 && W->gu.data) { /* decode: gate|up stacked into one projection */
+        CK(gp_cu_matmul(d, x->gu, x->h, &W->gu, &W->gu_b, 1));
         CK(gp_cu_glu(d, x->gu, x->gu + FF, FF, act));
-        if (sw) CK(gp_cu_matmul(d, x->h, x->gu, &W[WI(w_down)], &W[WI(b_down)], 1));
-        else CK(gp_cu_matmul_add(d, x->x, x->gu, &W[WI(w_down)], &W[WI(b_down)], 1));
+        if (sw) CK(gp_cu_matmul(d, x->h, x->gu, &W->wd, &W->bd, 1));
+        else CK(gp_cu_matmul_add(d, x->x, x->gu, &W->wd, &W->bd, 1));
     } else {
-        CK(gp_cu_matmul(d, x->gate, x->h, &W[WI(w_gate)], &W[WI(b_gate)], n));
-        CK(gp_cu_matmul(d, x->up, x->h, &W[WI(w_up)], &W[WI(b_up)], n));
+        CK(gp_cu_matmul(d, x->gate, x->h, &W->wg, &W->bg, n));
+        CK(gp_cu_matmul(d, x->up, x->h, &W->wu, &W->bu, n));
         CK(gp_cu_glu(d, x->gate, x->up, (int64_t)n * FF, act));
-        if (sw) CK(gp_cu_matmul(d, x->h, x->gate, &W[WI(w_down)], &W[WI(b_down)], n));
-        else CK(gp_cu_matmul_add(d, x->x, x->gate, &W[WI(w_down)], &W[WI(b_down)], n));
+        if (sw) CK(gp_cu_matmul(d, x->h, x->gate, &W->wd, &W->bd, n));
+        else CK(gp_cu_matmul_add(d, x->x, x->gate, &W->wd, &W->bd, n));
     }
     if (sw) {
-        CK(gp_cu_rmsnorm(d, x->h, x->h, &W[WI(ffn_post_norm)], n, E, eps, po));
+        CK(gp_cu_rmsnorm(d, x->h, x->h, &W->ffn_post_norm, n, E, eps, po));
         CK(gp_cu_add(d, x->x, x->h, (int64_t)n * E));
     }
     const gp_steer_state *st = &c->steer; /* residual hooks: a * vector added on the device */
@@ -476,7 +524,7 @@ gp_status gp_cuda_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const 
                                 int32_t n_total, float *logits, int all) {
     gp_cuda_ctx *x = c->cuda;
     gp_cache *kc = gp_ctx_cache(c);
-    const int32_t pos0 = kc->n_past;
+    const int32_t pos0 = gp_cache_n_past(kc);
     if (c->cur != 0)
         return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_eval: device cuda: named caches other than the first are "
                                                 "CPU-only for now");
@@ -492,7 +540,7 @@ gp_status gp_cuda_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const 
     }
     if (s) return s;
     CK(gp_cu_sync(x->d));
-    kc->n_past += n;
+    gp_cache_advance(kc, n);
     return GP_OK;
 }
 

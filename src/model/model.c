@@ -5,6 +5,8 @@
 #include "model/gen_config.h"
 #include "util/util.h"
 
+#include <cJSON.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +17,83 @@ gp_model_params gp_model_default_params(void) {
     return p;
 }
 
-/* Binds tensor `name` to *w after checking dtype and shape [rows, cols] (cols = 0: a vector of rows).
- * required = 0: an absent tensor leaves w->data NULL. */
+/* ---- the weight list ---- */
+
+/* Dimensions a table entry refers to. */
+enum { D_NONE, D_EMBD, D_Q, D_KV, D_HEAD, D_FF, D_VOCAB };
+/* When an entry is bound: always, or under one of the architecture's flags (required then), or optionally. */
+enum { W_ALWAYS, W_QKV_BIAS, W_O_BIAS, W_MLP_BIAS, W_QK_NORM, W_SANDWICH, W_PLAIN };
+
+typedef struct wt_entry {
+    const char *key;     /* checkpoint key under model.layers.{i}. (per layer) or the full key (global) */
+    size_t off;          /* offset of the gp_wt in gp_layer / gp_model */
+    uint8_t rows, cols;  /* D_*: cols D_NONE = a vector of `rows` */
+    uint8_t when;        /* W_* */
+} wt_entry;
+
+#define LW(f) offsetof(gp_layer, f)
+/* Every per-layer tensor, in checkpoint order: binding, unbinding and gp_model_decode_bytes iterate this list. */
+static const wt_entry LAYER_WEIGHTS[] = {
+    {"input_layernorm.weight", LW(attn_norm), D_EMBD, D_NONE, W_ALWAYS},
+    {"self_attn.q_proj.weight", LW(q.w), D_Q, D_EMBD, W_ALWAYS},
+    {"self_attn.k_proj.weight", LW(k.w), D_KV, D_EMBD, W_ALWAYS},
+    {"self_attn.v_proj.weight", LW(v.w), D_KV, D_EMBD, W_ALWAYS},
+    {"self_attn.o_proj.weight", LW(o.w), D_EMBD, D_Q, W_ALWAYS},
+    {"self_attn.q_proj.bias", LW(q.bias), D_Q, D_NONE, W_QKV_BIAS},
+    {"self_attn.k_proj.bias", LW(k.bias), D_KV, D_NONE, W_QKV_BIAS},
+    {"self_attn.v_proj.bias", LW(v.bias), D_KV, D_NONE, W_QKV_BIAS},
+    {"self_attn.o_proj.bias", LW(o.bias), D_EMBD, D_NONE, W_O_BIAS},
+    {"self_attn.q_norm.weight", LW(q_norm), D_HEAD, D_NONE, W_QK_NORM},
+    {"self_attn.k_norm.weight", LW(k_norm), D_HEAD, D_NONE, W_QK_NORM},
+    {"post_attention_layernorm.weight", LW(attn_post_norm), D_EMBD, D_NONE, W_SANDWICH},
+    {"pre_feedforward_layernorm.weight", LW(ffn_norm), D_EMBD, D_NONE, W_SANDWICH},
+    {"post_feedforward_layernorm.weight", LW(ffn_post_norm), D_EMBD, D_NONE, W_SANDWICH},
+    {"post_attention_layernorm.weight", LW(ffn_norm), D_EMBD, D_NONE, W_PLAIN},
+    {"mlp.gate_proj.weight", LW(gate.w), D_FF, D_EMBD, W_ALWAYS},
+    {"mlp.up_proj.weight", LW(up.w), D_FF, D_EMBD, W_ALWAYS},
+    {"mlp.down_proj.weight", LW(down.w), D_EMBD, D_FF, W_ALWAYS},
+    {"mlp.gate_proj.bias", LW(gate.bias), D_FF, D_NONE, W_MLP_BIAS},
+    {"mlp.up_proj.bias", LW(up.bias), D_FF, D_NONE, W_MLP_BIAS},
+    {"mlp.down_proj.bias", LW(down.bias), D_EMBD, D_NONE, W_MLP_BIAS},
+};
+#undef LW
+#define N_LAYER_WEIGHTS (sizeof LAYER_WEIGHTS / sizeof LAYER_WEIGHTS[0])
+
+/* The model-level tensors (lm_head is bound separately: it may be tied to the embeddings). */
+static const wt_entry MODEL_WEIGHTS[] = {
+    {"model.embed_tokens.weight", offsetof(gp_model, tok_embd), D_VOCAB, D_EMBD, W_ALWAYS},
+    {"model.norm.weight", offsetof(gp_model, out_norm), D_EMBD, D_NONE, W_ALWAYS},
+};
+#define N_MODEL_WEIGHTS (sizeof MODEL_WEIGHTS / sizeof MODEL_WEIGHTS[0])
+
+static int64_t dim(const gp_config *c, int d) {
+    switch (d) {
+    case D_EMBD: return c->n_embd;
+    case D_Q: return (int64_t)c->n_heads * c->head_dim;
+    case D_KV: return (int64_t)c->n_kv_heads * c->head_dim;
+    case D_HEAD: return c->head_dim;
+    case D_FF: return c->n_ff;
+    case D_VOCAB: return c->n_vocab;
+    default: return 0;
+    }
+}
+
+/* 1 when entry e applies to this architecture; *required says whether an absent tensor is an error. */
+static int applies(const gp_arch *a, const wt_entry *e, int *required) {
+    *required = 1;
+    switch (e->when) {
+    case W_QKV_BIAS: return a->qkv_bias;
+    case W_O_BIAS: return a->o_bias;
+    case W_MLP_BIAS: return a->mlp_bias;
+    case W_QK_NORM: return a->qk_norm;
+    case W_SANDWICH: return a->sandwich_norms;
+    case W_PLAIN: return !a->sandwich_norms;
+    default: return 1;
+    }
+}
+
+/* Binds tensor `name` to *w through the model's backend after checking dtype and shape [rows, cols] (cols = 0: a
+ * vector of rows).  required = 0: an absent tensor leaves w->data NULL. */
 static gp_status bind(gp_model *m, gp_wt *w, const char *name, int64_t rows, int64_t cols, int required) {
     const gp_tensor_view *t = gp_st_find(m->st, name);
     memset(w, 0, sizeof *w);
@@ -25,7 +102,8 @@ static gp_status bind(gp_model *m, gp_wt *w, const char *name, int64_t rows, int
         return gp_set_error(GP_ERR_MISSING, "%s: tensor '%s' is missing (%s needs it)", m->dir, name,
                             m->cfg.arch_name);
     }
-    if (t->dtype != GP_DTYPE_F32 && t->dtype != GP_DTYPE_BF16 && t->dtype != GP_DTYPE_F16)
+    const int fmt = gp_wfmt_of_dtype(t->dtype);
+    if (fmt < 0)
         return gp_set_error(GP_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported (F32, BF16, F16)", t->file,
                             name, gp_dtype_name(t->dtype));
     int ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols) : (t->ndim == 1 && t->shape[0] == rows);
@@ -40,51 +118,40 @@ static gp_status bind(gp_model *m, gp_wt *w, const char *name, int64_t rows, int
         return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': shape [%s], config.json implies [%lld]", t->file, name, got,
                             (long long)rows);
     }
-    w->data = t->data;
-    w->dtype = t->dtype;
-    w->rows = cols ? rows : 1;
-    w->cols = cols ? cols : rows;
+    const gp_wt view = gp_wt_dense((gp_wfmt)fmt, t->data, cols ? rows : 1, cols ? cols : rows);
+    return m->be->ops->bind_weight(m->be, &view, w);
+}
+
+/* Binds the table entries of one object (a layer: prefix "model.layers.{i}.", or the model: prefix ""). */
+static gp_status bind_entries(gp_model *m, void *obj, const wt_entry *tab, size_t n, const char *prefix) {
+    char name[256];
+    for (size_t i = 0; i < n; i++) {
+        int req;
+        if (!applies(&m->cfg.arch, &tab[i], &req)) continue;
+        snprintf(name, sizeof name, "%s%s", prefix, tab[i].key);
+        gp_status s = bind(m, (gp_wt *)((char *)obj + tab[i].off), name, dim(&m->cfg, tab[i].rows),
+                           dim(&m->cfg, tab[i].cols), req);
+        if (s) return s;
+    }
     return GP_OK;
 }
 
 static gp_status bind_layer(gp_model *m, int i) {
-    const gp_config *c = &m->cfg;
-    const gp_arch *a = &c->arch;
-    gp_layer *L = &m->layers[i];
-    int64_t E = c->n_embd, Q = (int64_t)c->n_heads * c->head_dim, KV = (int64_t)c->n_kv_heads * c->head_dim;
-    char n[256];
-    gp_status s;
-#define B(field, suffix, rows, cols, req)                                                                            \
-    do {                                                                                                             \
-        snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix);                                                      \
-        if ((s = bind(m, &L->field, n, rows, cols, req))) return s;                                                  \
-    } while (0)
-    B(attn_norm, "input_layernorm.weight", E, 0, 1);
-    B(wq, "self_attn.q_proj.weight", Q, E, 1);
-    B(wk, "self_attn.k_proj.weight", KV, E, 1);
-    B(wv, "self_attn.v_proj.weight", KV, E, 1);
-    B(wo, "self_attn.o_proj.weight", E, Q, 1);
-    B(bq, "self_attn.q_proj.bias", Q, 0, a->qkv_bias);
-    B(bk, "self_attn.k_proj.bias", KV, 0, a->qkv_bias);
-    B(bv, "self_attn.v_proj.bias", KV, 0, a->qkv_bias);
-    B(bo, "self_attn.o_proj.bias", E, 0, a->o_bias);
-    B(q_norm, "self_attn.q_norm.weight", c->head_dim, 0, a->qk_norm);
-    B(k_norm, "self_attn.k_norm.weight", c->head_dim, 0, a->qk_norm);
-    if (a->sandwich_norms) {
-        B(attn_post_norm, "post_attention_layernorm.weight", E, 0, 1);
-        B(ffn_norm, "pre_feedforward_layernorm.weight", E, 0, 1);
-        B(ffn_post_norm, "post_feedforward_layernorm.weight", E, 0, 1);
-    } else {
-        B(ffn_norm, "post_attention_layernorm.weight", E, 0, 1);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "model.layers.%d.", i);
+    return bind_entries(m, &m->layers[i], LAYER_WEIGHTS, N_LAYER_WEIGHTS, prefix);
+}
+
+/* Calls fn on every bound weight of the model that the table lists (each once; a tied lm_head is tok_embd). */
+static void each_weight(gp_model *m, void (*fn)(gp_model *m, gp_wt *w, void *ud), void *ud) {
+    for (size_t i = 0; i < N_MODEL_WEIGHTS; i++) fn(m, (gp_wt *)((char *)m + MODEL_WEIGHTS[i].off), ud);
+    if (!m->lm_head_tied) fn(m, &m->lm_head.w, ud);
+    for (int32_t l = 0; m->layers && l < m->cfg.n_layers; l++) {
+        int req;
+        for (size_t i = 0; i < N_LAYER_WEIGHTS; i++)
+            if (applies(&m->cfg.arch, &LAYER_WEIGHTS[i], &req))
+                fn(m, (gp_wt *)((char *)&m->layers[l] + LAYER_WEIGHTS[i].off), ud);
     }
-    B(w_gate, "mlp.gate_proj.weight", c->n_ff, E, 1);
-    B(w_up, "mlp.up_proj.weight", c->n_ff, E, 1);
-    B(w_down, "mlp.down_proj.weight", E, c->n_ff, 1);
-    B(b_gate, "mlp.gate_proj.bias", c->n_ff, 0, a->mlp_bias);
-    B(b_up, "mlp.up_proj.bias", c->n_ff, 0, a->mlp_bias);
-    B(b_down, "mlp.down_proj.bias", E, 0, a->mlp_bias);
-#undef B
-    return GP_OK;
 }
 
 /* transformers' defaults < generation_config.json (parsed once, with its EOS ids overriding config.json's) and the
@@ -117,8 +184,9 @@ gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model
     gp_model *m = gp_calloc(1, sizeof *m);
     if (!m) return GP_ERR_NOMEM;
     gp_status s = GP_ERR_NOMEM;
-    m->be = gp_backend_cpu();
     pthread_mutex_init(&m->fp_lock, NULL);
+    if ((s = gp_backend_cpu_init(NULL, &m->be))) goto fail;
+    s = GP_ERR_NOMEM;
     if (!(m->dir = gp_strdup(dir))) goto fail;
     char *cfg_path = gp_path_join(dir, "config.json");
     if (!cfg_path) goto fail;
@@ -136,11 +204,13 @@ gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model
     progress(params, 0.3f);
 
     const gp_config *c = &m->cfg;
-    if ((s = bind(m, &m->tok_embd, "model.embed_tokens.weight", c->n_vocab, c->n_embd, 1))) goto fail;
-    if ((s = bind(m, &m->out_norm, "model.norm.weight", c->n_embd, 0, 1))) goto fail;
+    if ((s = bind_entries(m, m, MODEL_WEIGHTS, N_MODEL_WEIGHTS, ""))) goto fail;
     int tied = c->tie_word_embeddings;
-    if ((s = bind(m, &m->lm_head, "lm_head.weight", c->n_vocab, c->n_embd, tied == 0))) goto fail;
-    if (!m->lm_head.data || tied == 1) m->lm_head = m->tok_embd;
+    if (tied != 1 && (s = bind(m, &m->lm_head.w, "lm_head.weight", c->n_vocab, c->n_embd, tied == 0))) goto fail;
+    if (!m->lm_head.w.data) {
+        m->lm_head.w = m->tok_embd;
+        m->lm_head_tied = 1;
+    }
     s = GP_ERR_NOMEM;
     if (!(m->layers = gp_calloc((size_t)c->n_layers, sizeof *m->layers))) goto fail;
     for (int i = 0; i < c->n_layers; i++) {
@@ -168,8 +238,14 @@ fail:
     return s;
 }
 
+static void unbind_one(gp_model *m, gp_wt *w, void *ud) {
+    if (w->data) m->be->ops->unbind_weight(m->be, w);
+}
+
 void gp_model_free(gp_model *m) {
     if (!m) return;
+    if (m->be) each_weight(m, unbind_one, NULL);
+    gp_backend_free(m->be);
     gp_gen_config_free_owned(&m->gen);
     gp_tokenizer_free(m->tok);
     gp_st_close(m->st);
@@ -194,22 +270,16 @@ int32_t gp_model_bos_id(const gp_model *m) { return m ? m->gen_bos : -1; }
 const gp_tokenizer *gp_model_tokenizer(const gp_model *m) { return m ? m->tok : NULL; }
 uint64_t gp_model_weight_bytes(const gp_model *m) { return m ? gp_st_total_bytes(m->st) : 0; }
 
-/* Bytes of one bound weight (0 when absent). */
-static uint64_t wt_bytes(const gp_wt *w) {
-    return w->data ? (uint64_t)w->rows * (uint64_t)w->cols * gp_dtype_size(w->dtype) : 0;
+static void add_bytes(gp_model *m, gp_wt *w, void *ud) {
+    if (w != &m->tok_embd) *(uint64_t *)ud += gp_wt_bytes(w);
 }
 
 uint64_t gp_model_decode_bytes(const gp_model *m) {
     if (!m) return 0;
-    const gp_wt *e = &m->tok_embd;
-    uint64_t b = wt_bytes(&m->out_norm) + wt_bytes(&m->lm_head) + (uint64_t)e->cols * gp_dtype_size(e->dtype);
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
-        const gp_layer *L = &m->layers[l];
-        const gp_wt *w[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv, &L->bo,
-                            &L->q_norm, &L->k_norm, &L->attn_post_norm, &L->ffn_norm, &L->ffn_post_norm,
-                            &L->w_gate, &L->w_up, &L->w_down, &L->b_gate, &L->b_up, &L->b_down};
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) b += wt_bytes(w[i]);
-    }
+    /* every weight once, except the embeddings: one row per token */
+    uint64_t b = m->tok_embd.rows ? gp_wt_bytes(&m->tok_embd) / (uint64_t)m->tok_embd.rows : 0;
+    each_weight((gp_model *)m, add_bytes, &b);
+    if (m->lm_head_tied) b += gp_wt_bytes(&m->tok_embd);
     return b;
 }
 

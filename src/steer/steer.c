@@ -22,16 +22,13 @@ float gp_steer_coef(const gp_steer_hook *h, int32_t s) {
     return 0.0f;
 }
 
-void gp_steer_apply(const gp_steer_state *st, int32_t layer, float *x, int32_t n, int32_t E) {
+void gp_steer_apply(const gp_steer_state *st, gp_ws *ws, int32_t layer, float *x, int32_t n, int32_t E) {
     for (int32_t k = 0; k < st->n_hooks; k++) {
         const gp_steer_active *a = &st->hooks[k];
         if (a->h.layer != layer) continue;
         float c = gp_steer_coef(&a->h, st->step);
         if (c == 0.0f) continue;
-        for (int32_t t = 0; t < n; t++) {
-            float *xt = x + (int64_t)t * E;
-            for (int32_t i = 0; i < E; i++) xt[i] += c * a->vec[i];
-        }
+        ws->be->ops->add_row(ws, x, a->dev, c, n, E);
     }
 }
 
@@ -61,19 +58,32 @@ gp_status gp_steer_state_add(gp_steer_state *st, const gp_steer_hook *hook, int3
     float *v = gp_malloc((size_t)E, sizeof(float));
     if (!v) return GP_ERR_NOMEM;
     memcpy(v, hook->vector, (size_t)E * sizeof(float));
+    float *dev = v;
+    if (st->be && !st->be->host_memory) {
+        if (!(dev = st->be->ops->alloc(st->be, (size_t)E * sizeof(float)))) {
+            free(v);
+            return GP_ERR_NOMEM;
+        }
+        st->be->ops->upload(st->be, dev, v, (size_t)E * sizeof(float));
+    }
     st->epoch++;
     gp_steer_active *a = &st->hooks[st->n_hooks++];
     a->h = *hook;
     a->h.vector = v;
     a->vec = v;
+    a->dev = dev;
     return GP_OK;
 }
 
 void gp_steer_state_clear(gp_steer_state *st) {
     if (st->n_hooks) st->epoch++;
-    for (int32_t k = 0; k < st->n_hooks; k++) free(st->hooks[k].vec);
+    for (int32_t k = 0; k < st->n_hooks; k++) {
+        if (st->hooks[k].dev != st->hooks[k].vec) st->be->ops->dealloc(st->be, st->hooks[k].dev);
+        free(st->hooks[k].vec);
+    }
     free(st->hooks);
-    free(st->bias);
+    if (st->be) st->be->ops->dealloc(st->be, st->bias);
+    else free(st->bias);
     st->hooks = NULL;
     st->n_hooks = st->cap_hooks = 0;
     st->bias = NULL;

@@ -11,12 +11,23 @@
 #include "kernels/cuda/cuda_ops.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 static gp_cu *g_dev;
+static gp_backend *g_cpu; /* the reference: the CPU backend instance and one workspace (1 thread) */
+static gp_ws *g_ws;
+
+/* The CPU backend's workspace (created once). */
+static gp_ws *cpu(void) {
+    if (!g_ws) {
+        gp_backend_params bp = {1};
+        gp_ws_params wp = {1, 64, 4096, 256, 0};
+        if (gp_backend_cpu_init(&bp, &g_cpu) || g_cpu->ops->ws_init(g_cpu, &wp, &g_ws)) return NULL;
+    }
+    return g_ws;
+}
 
 /* Opens device 0 once per process; NULL (after recording a skip) without a device. */
 static gp_cu *dev(void) {
@@ -42,7 +53,7 @@ static float *rand_f32(size_t n, uint32_t seed, float scale) {
 
 /* Host weight of dtype dt with random values (caller frees .data). */
 static gp_wt host_wt(gp_dtype dt, int64_t rows, int64_t cols, uint32_t seed) {
-    gp_wt w = {NULL, dt, rows, cols};
+    gp_wt w = gp_wt_dense((gp_wfmt)gp_wfmt_of_dtype(dt), NULL, rows, cols);
     size_t n = (size_t)(rows * cols);
     void *d = malloc(n * gp_dtype_size(dt) + 16);
     for (size_t i = 0; i < n; i++) {
@@ -55,7 +66,7 @@ static gp_wt host_wt(gp_dtype dt, int64_t rows, int64_t cols, uint32_t seed) {
     return w;
 }
 
-static int cu_dtype(gp_dtype dt) { return dt == GP_DTYPE_F32 ? GP_CU_F32 : dt == GP_DTYPE_BF16 ? GP_CU_BF16 : GP_CU_F16; }
+static int cu_dtype(gp_wfmt f) { return f == GP_WFMT_F32 ? GP_CU_F32 : f == GP_WFMT_BF16 ? GP_CU_BF16 : GP_CU_F16; }
 
 /* Device copy of n bytes of host data. */
 static void *up(gp_cu *d, const void *h, size_t n) {
@@ -66,8 +77,8 @@ static void *up(gp_cu *d, const void *h, size_t n) {
 }
 
 static gp_cu_wt dev_wt(gp_cu *d, const gp_wt *w) {
-    gp_cu_wt o = {NULL, cu_dtype(w->dtype), w->rows, w->cols};
-    if (w->data) o.data = up(d, w->data, (size_t)(w->rows * w->cols) * gp_dtype_size(w->dtype));
+    gp_cu_wt o = {NULL, cu_dtype(w->format), w->rows, w->cols};
+    if (w->data) o.data = up(d, w->data, (size_t)gp_wt_bytes(w));
     return o;
 }
 
@@ -92,6 +103,8 @@ static double max_err(const float *a, const float *b, size_t n) {
 TEST(cuda_ops_matmul_matches_cpu_and_is_chunk_invariant) {
     gp_cu *d = dev();
     if (!d) return;
+    gp_ws *ws = cpu();
+    REQUIRE(ws);
     const gp_dtype dts[] = {GP_DTYPE_F32, GP_DTYPE_BF16, GP_DTYPE_F16};
     const int64_t shapes[][2] = {{37, 40}, {64, 2048}, {33, 13}, {129, 1000}, {8, 4104}};
     const int32_t N = 11;
@@ -101,7 +114,8 @@ TEST(cuda_ops_matmul_matches_cpu_and_is_chunk_invariant) {
             const int64_t R = shapes[si][0], K = shapes[si][1];
             gp_wt w = host_wt(dts[di], R, K, 7 + si), b = host_wt(dts[di], 1, R, 99 + si);
             float *x = rand_f32((size_t)N * K, 3 + di, 2.0f), *ref = malloc((size_t)N * R * sizeof(float));
-            gp_backend_cpu()->matmul(ref, x, &w, si & 1 ? &b : NULL, N);
+            gp_linear L = {w, si & 1 ? b : gp_wt_dense(GP_WFMT_F32, NULL, 1, R), NULL, 0};
+            ws->be->ops->linear(ws, ref, x, &L, N);
             gp_cu_wt dw = dev_wt(d, &w), db = dev_wt(d, &b);
             float *dx = up(d, x, (size_t)N * K * 4), *dy = NULL, *dy1 = NULL;
             gp_cu_alloc(d, (void **)&dy, (size_t)N * R * 4);
@@ -142,7 +156,9 @@ TEST(cuda_ops_matmul_matches_cpu_and_is_chunk_invariant) {
 TEST(cuda_ops_norm_rope_embed_elementwise_match_cpu) {
     gp_cu *d = dev();
     if (!d) return;
-    const gp_backend *cpu = gp_backend_cpu();
+    gp_ws *ws = cpu();
+    REQUIRE(ws);
+    const gp_backend_ops *B = ws->be->ops;
     double worst[6] = {0};
     const int32_t n = 7, dims[] = {16, 144, 2048, 37};
     for (int di = 0; di < 4; di++) {
@@ -150,7 +166,7 @@ TEST(cuda_ops_norm_rope_embed_elementwise_match_cpu) {
         for (int po = 0; po < 2; po++) {
             gp_wt w = host_wt(GP_DTYPE_BF16, 1, D, 5 + di);
             float *x = rand_f32((size_t)n * D, 11 + di, 4.0f), *ref = malloc((size_t)n * D * 4);
-            cpu->rmsnorm(ref, x, &w, n, D, 1e-6f, po);
+            B->rmsnorm(ws, ref, x, &w, n, D, 1e-6f, po);
             gp_cu_wt dw = dev_wt(d, &w);
             float *dx = up(d, x, (size_t)n * D * 4);
             CHECK_EQ_INT(gp_cu_rmsnorm(d, dx, dx, &dw, n, D, 1e-6f, po), 0);
@@ -167,7 +183,7 @@ TEST(cuda_ops_norm_rope_embed_elementwise_match_cpu) {
     for (int i = 0; i < 32; i++) inv[i] = powf(500000.0f, -(float)(2 * i) / hd);
     float *x = rand_f32((size_t)n * heads * hd, 21, 2.0f), *ref = malloc((size_t)n * heads * hd * 4);
     memcpy(ref, x, (size_t)n * heads * hd * 4);
-    cpu->rope(ref, n, heads, hd, pos0, inv);
+    B->rope(ws, ref, n, heads, hd, pos0, inv);
     float *dx = up(d, x, (size_t)n * heads * hd * 4), *dinv = up(d, inv, sizeof inv);
     int32_t *dpos = up(d, &pos0, 4);
     CHECK_EQ_INT(gp_cu_rope(d, dx, n, heads, hd, dpos, dinv), 0);
@@ -179,7 +195,7 @@ TEST(cuda_ops_norm_rope_embed_elementwise_match_cpu) {
     gp_wt tab = host_wt(GP_DTYPE_F16, 50, 36, 8);
     int32_t ids[5] = {3, 49, 0, 3, 17};
     float *er = malloc(5 * 36 * 4);
-    cpu->embed(er, ids, 5, &tab, 12.0f);
+    B->embed(ws, er, ids, 5, &tab, 12.0f);
     gp_cu_wt dtab = dev_wt(d, &tab);
     int32_t *dids = up(d, ids, sizeof ids);
     float *dy = NULL;
@@ -196,7 +212,7 @@ TEST(cuda_ops_norm_rope_embed_elementwise_match_cpu) {
         float *g = rand_f32((size_t)E, 30 + act, 8.0f), *u = rand_f32((size_t)E, 40 + act, 2.0f);
         float *gr = malloc((size_t)E * 4);
         memcpy(gr, g, (size_t)E * 4);
-        cpu->glu(gr, u, E, act ? GP_ACT_GELU_TANH : GP_ACT_SILU);
+        B->glu(ws, gr, u, E, act ? GP_ACT_GELU_TANH : GP_ACT_SILU);
         float *dg = up(d, g, (size_t)E * 4), *du = up(d, u, (size_t)E * 4);
         CHECK_EQ_INT(gp_cu_glu(d, dg, du, E, act ? GP_CU_ACT_GELU_TANH : GP_CU_ACT_SILU), 0);
         y = down(d, dg, (size_t)E);
@@ -204,14 +220,14 @@ TEST(cuda_ops_norm_rope_embed_elementwise_match_cpu) {
         worst[3] = e > worst[3] ? e : worst[3];
         free(y);
         memcpy(gr, g, (size_t)E * 4);
-        cpu->add(gr, u, E);
+        B->add(ws, gr, u, E);
         gp_cu_h2d(d, dg, g, (size_t)E * 4);
         CHECK_EQ_INT(gp_cu_add(d, dg, du, E), 0);
         y = down(d, dg, (size_t)E);
         CHECK(memcmp(y, gr, (size_t)E * 4) == 0);
         free(y);
         memcpy(gr, g, (size_t)E * 4);
-        cpu->softcap(gr, E, 3.0f);
+        B->softcap(ws, gr, E, 3.0f);
         gp_cu_h2d(d, dg, g, (size_t)E * 4);
         CHECK_EQ_INT(gp_cu_softcap(d, dg, E, 3.0f), 0);
         y = down(d, dg, (size_t)E);
@@ -239,15 +255,22 @@ static double attn_case(gp_cu *d, int32_t n_old, int32_t n, int32_t nh, int32_t 
         memcpy(kc + (size_t)s * kvd, kall + (size_t)j * kvd, (size_t)kvd * 4);
         memcpy(vc + (size_t)s * kvd, vall + (size_t)j * kvd, (size_t)kvd * 4);
     }
-    gp_kv_view kv = {.f = kc, .kvd = kvd, .q_start = INT32_MAX}, vv = {.f = vc, .kvd = kvd, .q_start = INT32_MAX};
-    const int32_t stride = total + 2 * hd;
-    float *scratch = malloc((size_t)omp_get_max_threads() * stride * 4 + 64);
+    /* reference: the positions in order (storage 0 = positions [0, n_old), storage 1 = the chunk), the visibility
+     * rule of the ring (window, pinned); the device reads the same positions from its ring */
+    gp_kv_desc kd;
+    memset(&kd, 0, sizeof kd);
+    kd.k[0].f = kall, kd.v[0].f = vall, kd.k[1].f = kall + (size_t)n_old * kvd, kd.v[1].f = vall + (size_t)n_old * kvd;
+    for (int s2 = 0; s2 < 2; s2++) kd.k[s2].kvd = kd.v[s2].kvd = kvd;
+    kd.seg[0] = (gp_kv_seg){0, n_old, 0, 0, 0};
+    kd.seg[1] = (gp_kv_seg){n_old, total, 0, 1, 0};
+    kd.n_seg = n_old > 0 ? 2 : 1;
+    if (n_old == 0) kd.seg[0] = kd.seg[1];
+    kd.window = window, kd.pinned = keep;
     float *ref = malloc((size_t)n * nh * hd * 4);
-    gp_attn_args a = {.out = ref, .q = q, .k_new = kall + (size_t)n_old * kvd, .v_new = vall + (size_t)n_old * kvd,
-                      .kc = &kv, .vc = &vv, .cap = cap, .keep = keep, .n = n, .pos0 = n_old, .n_heads = nh,
-                      .n_kv = nkv, .head_dim = hd, .window = window, .scale = 1.0f / sqrtf((float)hd),
-                      .softcap = softcap, .scratch = scratch, .scratch_stride = stride};
-    gp_backend_cpu()->attention(&a);
+    gp_attn_args a = {.out = ref, .q = q, .kv = &kd, .n = n, .pos0 = n_old, .n_heads = nh, .n_kv = nkv,
+                      .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .softcap = softcap};
+    gp_ws *ws = cpu();
+    ws->be->ops->attention(ws, &a);
     /* device: the same cache, then the whole chunk in one call */
     gp_cu_kv c = {up(d, kc, (size_t)cap * kvd * 4), up(d, vc, (size_t)cap * kvd * 4), cap, keep, kvd};
     float *dq = up(d, q, (size_t)n * nh * hd * 4), *dk = up(d, kall + (size_t)n_old * kvd, (size_t)n * kvd * 4);
@@ -282,7 +305,7 @@ static double attn_case(gp_cu *d, int32_t n_old, int32_t n, int32_t nh, int32_t 
     }
     float *y1 = down(d, dout, (size_t)n * nh * hd);
     CHECK(memcmp(y, y1, (size_t)n * nh * hd * 4) == 0);
-    free(y); free(y1); free(kall); free(vall); free(q); free(kc); free(vc); free(scratch); free(ref);
+    free(y); free(y1); free(kall); free(vall); free(q); free(kc); free(vc); free(ref);
     gp_cu_release(d, c.k); gp_cu_release(d, c.v); gp_cu_release(d, dq); gp_cu_release(d, dk); gp_cu_release(d, dv);
     gp_cu_release(d, dout); gp_cu_release(d, part); gp_cu_release(d, dpos);
     return e;

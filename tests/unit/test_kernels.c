@@ -2,7 +2,7 @@
  * multiple of 16: the prefill matrix-matrix kernel gives exactly the matrix-vector kernel's bits for every element,
  * for every dtype and any row range; every path agrees with the scalar reference within float rounding; the AVX2
  * and AVX-512 paths agree bit for bit. */
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu/formats.h"
 #include "test.h"
 
 #include <math.h>
@@ -18,7 +18,7 @@ static float frand(uint32_t *s) {
 
 /* A random rows × k weight in dtype dt (caller frees .data). */
 static gp_wt make_wt(gp_dtype dt, int64_t rows, int64_t k, uint32_t seed) {
-    gp_wt w = {NULL, dt, rows, k};
+    gp_wt w = gp_wt_dense((gp_wfmt)gp_wfmt_of_dtype(dt), NULL, rows, k);
     size_t n = (size_t)(rows * k);
     void *d = malloc(n * gp_dtype_size(dt));
     for (size_t i = 0; i < n; i++) {
@@ -51,10 +51,10 @@ TEST(kernels_gemm_matches_matvec_bit_for_bit) {
                     uint32_t s = 99;
                     for (int64_t i = 0; i < n * k; i++) x[i] = frand(&s);
                     float *a = malloc(sizeof(float) * (size_t)(n * rows)), *b = malloc(sizeof(float) * (size_t)(n * rows));
-                    for (int32_t t = 0; t < n; t++) K->matvec(a + t * rows, &w, 0, rows, x + t * k);
+                    for (int32_t t = 0; t < n; t++) gp_cpu_matvec(K, a + t * rows, &w, 0, rows, x + t * k);
                     /* two row ranges, as two threads would split them */
-                    K->gemm(b, rows, &w, 0, 7, x, n);
-                    K->gemm(b, rows, &w, 7, rows, x, n);
+                    gp_cpu_gemm(K, b, rows, &w, 0, 7, x, n);
+                    gp_cpu_gemm(K, b, rows, &w, 7, rows, x, n);
                     if (memcmp(a, b, sizeof(float) * (size_t)(n * rows))) {
                         NOTE("%s: dtype %s k %lld n %d: gemm differs from matvec", PATHS[p], gp_dtype_name(dts[di]),
                              (long long)k, n);
@@ -79,7 +79,7 @@ TEST(kernels_paths_agree) {
     for (int i = 0; i < k; i++) x[i] = frand(&s);
     for (int i = 0; i < n; i++) sref[i] = 8 * frand(&s), u[i] = frand(&s), gref[i] = 8 * frand(&s);
     const gp_simd_kernels *S = gp_simd_scalar();
-    S->matvec(ref, &w, 0, rows, x);
+    gp_cpu_matvec(S, ref, &w, 0, rows, x);
     float s0[37], g0[37];
     memcpy(s0, sref, sizeof s0);
     memcpy(g0, gref, sizeof g0);
@@ -93,7 +93,7 @@ TEST(kernels_paths_agree) {
         if (!gp_cpu_simd_supported(PATHS[p])) continue;
         REQUIRE(gp_cpu_force_simd(PATHS[p]) == 0);
         const gp_simd_kernels *K = gp_cpu_kernels();
-        K->matvec(got, &w, 0, rows, x);
+        gp_cpu_matvec(K, got, &w, 0, rows, x);
         memcpy(sgot, s0, sizeof sgot);
         float sum = K->exp_sum(sgot, n, 1.5f);
         memset(ogot, 0, sizeof ogot);

@@ -1,79 +1,110 @@
-/* cpu.c — the CPU backend: every op in backend.h, split into independent items run on the thread pool (pool.h) with
- * the inner loops in the SIMD kernel table (simd.h).  Each output element is computed by exactly one thread in a
- * fixed order, so results depend neither on the thread count nor on how a prompt is chunked.  The thread count is
- * OpenMP's current setting (gp_ctx_eval sets it from the context). */
+/* cpu.c — the CPU backend: every op of backend.h, split into independent items run on the thread pool (pool.h) with
+ * the inner loops in the SIMD kernel table (simd.h) and the per-format weight kernels (formats.h).  Each output
+ * element is computed by exactly one thread in a fixed order, so results depend neither on the thread count nor on
+ * how a prompt is chunked.  The thread count is the workspace's (gp_ws.n_threads), passed to every pool job. */
 #include "kernels/backend.h"
+#include "kernels/cpu/formats.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/simd.h"
+#include "util/util.h"
 
 #include <math.h>
-#include <omp.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-/* Converts row r of w to float32 into dst [w->cols]. */
-static void row_to_f32(const gp_wt *w, int64_t r, float *dst) {
-    int64_t k = w->cols;
-    switch (w->dtype) {
-    case GP_DTYPE_F32: memcpy(dst, (const float *)w->data + r * k, (size_t)k * sizeof(float)); break;
-    case GP_DTYPE_BF16: {
-        const uint16_t *s = (const uint16_t *)w->data + r * k;
-        for (int64_t i = 0; i < k; i++) dst[i] = gp_bf16_to_f32(s[i]);
-        break;
-    }
-    case GP_DTYPE_F16: {
-        const uint16_t *s = (const uint16_t *)w->data + r * k;
-        for (int64_t i = 0; i < k; i++) dst[i] = gp_f16_to_f32(s[i]);
-        break;
-    }
-    default: memset(dst, 0, (size_t)k * sizeof(float)); break; /* loader admits only the three above */
-    }
-}
+/* The CPU workspace's scratch. */
+typedef struct cpu_ws {
+    float *attn;         /* [n_threads, attn_stride] attention scores + two dequantized rows */
+    int64_t attn_stride; /* max_keys + 2 * head_dim */
+    float *lora;         /* [max_lora_rank * max_tokens] x A^T of every term of one linear */
+} cpu_ws;
 
 /* Element i of a vector weight. */
-static inline float wt_at(const gp_wt *w, int64_t i) {
-    switch (w->dtype) {
-    case GP_DTYPE_F32: return ((const float *)w->data)[i];
-    case GP_DTYPE_BF16: return gp_bf16_to_f32(((const uint16_t *)w->data)[i]);
-    case GP_DTYPE_F16: return gp_f16_to_f32(((const uint16_t *)w->data)[i]);
-    default: return 0;
-    }
-}
+static inline float wt_at(const gp_wt *w, int64_t i) { return gp_cpu_format_of(w->format)->at(w, i); }
 
-/* Threads of the running forward (gp_ctx_eval sets OpenMP's count from the context). */
-static int n_threads(void) { return omp_get_max_threads(); }
-
-typedef struct matmul_job {
+typedef struct linear_job {
     const gp_simd_kernels *K;
     float *y;
     const float *x;
-    const gp_wt *w, *bias;
+    const gp_linear *L;
+    const float *z; /* the low-rank terms' x A_i^T, term i at z + n * (sum of earlier ranks), [n, rank_i] */
     int32_t n;
     int64_t chunk;
-} matmul_job;
+} linear_job;
 
-/* Item c of a matmul: rows [c*chunk, (c+1)*chunk) for every token. */
-static void matmul_item(void *arg, int64_t c, int thread) {
-    const matmul_job *j = arg;
-    const int64_t d = j->w->rows, r0 = c * j->chunk, r1 = r0 + j->chunk < d ? r0 + j->chunk : d;
-    if (j->n == 1) j->K->matvec(j->y, j->w, r0, r1, j->x);
-    else j->K->gemm(j->y, d, j->w, r0, r1, j->x, j->n);
-    if (j->bias && j->bias->data)
-        for (int32_t t = 0; t < j->n; t++)
-            for (int64_t r = r0; r < r1; r++) j->y[(int64_t)t * d + r] += wt_at(j->bias, r);
+/* A view of rows [r0, r0 + n) of a dense weight (LoRA B). */
+static gp_wt dense_rows(const gp_wt *w, int64_t r0, int64_t n) {
+    const size_t es = w->format == GP_WFMT_F32 ? 4 : 2;
+    return gp_wt_dense(w->format, (const char *)w->data + (size_t)r0 * (size_t)w->cols * es, n, w->cols);
 }
 
-/* y [n, d] = x [n, k] @ W[d, k]^T + b.  The rows are cut into contiguous chunks claimed one at a time by the pool's
- * threads (a thread that the OS runs late does less of the work instead of holding everyone up); one token goes
- * through the matrix-vector kernel, several through the blocked matrix-matrix kernel.  Both compute every element
- * as the same dot product (simd.h), so neither the thread count, the chunking nor the number of tokens changes a
- * bit.  The bias is added after the dot product, as in every path. */
-static void cpu_matmul(float *y, const float *x, const gp_wt *w, const gp_wt *bias, int32_t n) {
-    const int64_t d = w->rows, nt = n_threads();
+/* Item c of a linear: rows [c*chunk, (c+1)*chunk) for every token: the dot products, then the bias, then each
+ * low-rank term's scale * (z_i · B_i[r]) in order. */
+static void linear_item(void *arg, int64_t c, int thread) {
+    const linear_job *j = arg;
+    const gp_linear *L = j->L;
+    const int64_t d = L->w.rows, r0 = c * j->chunk, r1 = r0 + j->chunk < d ? r0 + j->chunk : d;
+    if (j->n == 1) gp_cpu_matvec(j->K, j->y, &L->w, r0, r1, j->x);
+    else gp_cpu_gemm(j->K, j->y, d, &L->w, r0, r1, j->x, j->n);
+    if (L->bias.data)
+        for (int32_t t = 0; t < j->n; t++)
+            for (int64_t r = r0; r < r1; r++) j->y[(int64_t)t * d + r] += wt_at(&L->bias, r);
+    const float *z = j->z;
+    for (int32_t i = 0; i < L->n_lora; i++) {
+        const gp_lora *lo = &L->lora[i];
+        const int64_t rank = lo->a.rows;
+        for (int64_t rb = r0; rb < r1; rb += 64) {
+            const int64_t nb = r1 - rb < 64 ? r1 - rb : 64;
+            const gp_wt bv = dense_rows(&lo->b, rb, nb);
+            float zz[64];
+            for (int32_t t = 0; t < j->n; t++) {
+                gp_cpu_matvec(j->K, zz, &bv, 0, nb, z + (int64_t)t * rank);
+                float *yt = j->y + (int64_t)t * d + rb;
+                for (int64_t q = 0; q < nb; q++) yt[q] += lo->scale * zz[q];
+            }
+        }
+        z += (int64_t)j->n * rank;
+    }
+}
+
+typedef struct lora_a_job {
+    const gp_simd_kernels *K;
+    const gp_linear *L;
+    const float *x;
+    float *z;
+    int32_t n;
+} lora_a_job;
+
+/* Item i: z_i [n, rank_i] = x [n, in] A_i^T. */
+static void lora_a_item(void *arg, int64_t i, int thread) {
+    const lora_a_job *j = arg;
+    float *z = j->z;
+    for (int64_t k = 0; k < i; k++) z += (int64_t)j->n * j->L->lora[k].a.rows;
+    const gp_wt *a = &j->L->lora[i].a;
+    if (j->n == 1) gp_cpu_matvec(j->K, z, a, 0, a->rows, j->x);
+    else gp_cpu_gemm(j->K, z, a->rows, a, 0, a->rows, j->x, j->n);
+}
+
+/* y [n, d] = x [n, k] W[d, k]^T + b + sum_i scale_i (x A_i^T) B_i^T.  The rows are cut into contiguous chunks
+ * claimed one at a time by the pool's threads (a thread that the OS runs late does less of the work instead of
+ * holding everyone up); one token goes through the matrix-vector kernel, several through the blocked matrix-matrix
+ * kernel.  Both compute every element as the same dot product (simd.h), so neither the thread count, the chunking
+ * nor the number of tokens changes a bit.  The bias and the low-rank terms are added after the dot product, in
+ * that order, as in every path.  Low-rank terms need the workspace's LoRA scratch (n * sum of ranks floats). */
+static void cpu_linear(gp_ws *ws, float *y, const float *x, const gp_linear *L, int32_t n) {
+    const gp_simd_kernels *K = gp_cpu_kernels();
+    const int64_t d = L->w.rows, nt = ws->n_threads;
+    float *z = ((cpu_ws *)ws->impl)->lora;
+    if (L->n_lora > 0) {
+        lora_a_job a = {K, L, x, z, n};
+        gp_pool_run((int)nt, L->n_lora, lora_a_item, &a);
+    }
     /* decode: 128-row chunks (a few hundred KB of weights each); prefill: about 4 chunks per thread, whole tiles */
     int64_t chunk = n == 1 ? 128 : (d + 4 * nt - 1) / (4 * nt);
     if (n > 1) chunk = chunk < 96 ? 96 : (chunk + 47) / 48 * 48;
-    matmul_job j = {gp_cpu_kernels(), y, x, w, bias, n, chunk};
-    gp_pool_run((int)nt, (d + chunk - 1) / chunk, matmul_item, &j);
+    linear_job j = {K, y, x, L, z, n, chunk};
+    gp_pool_run((int)nt, (d + chunk - 1) / chunk, linear_item, &j);
 }
 
 typedef struct norm_job {
@@ -104,11 +135,12 @@ static void rmsnorm_item(void *arg, int64_t it, int thread) {
 }
 
 /* y [n, d] = x * rsqrt(mean(x^2) + eps) * (w | 1 + w) */
-static void cpu_rmsnorm(float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps, int plus_one) {
+static void cpu_rmsnorm(gp_ws *ws, float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps,
+                        int plus_one) {
     int32_t per = 16384 / (d > 0 ? d : 1);
     per = per < 1 ? 1 : per;
     norm_job j = {y, x, w, d, per, n, eps, plus_one};
-    gp_pool_run(n_threads(), (n + per - 1) / per, rmsnorm_item, &j);
+    gp_pool_run(ws->n_threads, (n + per - 1) / per, rmsnorm_item, &j);
 }
 
 typedef struct rope_job {
@@ -139,104 +171,117 @@ static void rope_item(void *arg, int64_t t, int thread) {
 }
 
 /* x [n, heads, hd]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) over the two halves */
-static void cpu_rope(float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos0, const float *inv_freq) {
+static void cpu_rope(gp_ws *ws, float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos0,
+                     const float *inv_freq) {
     rope_job j = {x, heads, hd, pos0, inv_freq};
-    gp_pool_run(n_threads(), n, rope_item, &j);
+    gp_pool_run(ws->n_threads, n, rope_item, &j);
 }
 
 typedef struct attn_job {
     const gp_attn_args *a;
     const gp_simd_kernels *K;
+    float *scratch;  /* [n_threads, stride] */
+    int64_t stride;
 } attn_job;
 
-/* Key or value row of cached position j < pos0 for kv head kvh: a pointer into the float cache, or dequantized into
- * tmp [hd] for quantized rows. */
-static inline const float *cached_row(const gp_attn_args *a, const gp_kv_view *v, int32_t j, int32_t kvh, float *tmp) {
-    const int32_t hd = a->head_dim;
-    const int32_t slot = j < a->keep ? j : a->keep + (j - a->keep) % (a->cap - a->keep);
-    if (j < v->q_start) return v->f + (int64_t)slot * v->kvd + (int64_t)kvh * hd;
-    gp_kv_read(v, slot, j, kvh * hd, hd, tmp);
-    return tmp;
+/* out [len] = elements [off, off+len) of quantized row r of s (x = q * scale[g] + min[g], g = i / group). */
+static void kv_dequant(const gp_kv_rows *s, int64_t r, int32_t off, int32_t len, float *out) {
+    const uint8_t *q = s->q + r * s->row_bytes;
+    const float *sc = s->scale + r * s->n_groups, *mn = s->minv + r * s->n_groups;
+    for (int32_t i = off; i < off + len; i++) {
+        const int32_t g = i / s->group;
+        const int32_t x = s->bits == 8 ? q[i] : (q[i / 2] >> ((i & 1) * 4)) & 15;
+        out[i - off] = (float)x * sc[g] + mn[g];
+    }
 }
 
-/* The longest run of positions j.. end-1 whose rows (of view v, or of the chunk's new rows xn) lie evenly spaced
- * n_kv*head_dim floats apart: new rows, or float cache rows until the pinned part ends or the ring wraps; a
- * quantized row is a run of one, dequantized into tmp.  Returns the run's length and its first row in *row. */
-static int32_t kv_run(const gp_attn_args *a, const gp_kv_view *v, const float *xn, int32_t j, int32_t end,
-                      int32_t kvh, float *tmp, const float **row) {
-    const int32_t hd = a->head_dim;
-    if (j >= a->pos0) {
-        *row = xn + (int64_t)(j - a->pos0) * v->kvd + (int64_t)kvh * hd;
-        return end - j;
-    }
-    *row = cached_row(a, v, j, kvh, tmp);
-    if (j >= v->q_start) return 1;
-    int32_t e = end < a->pos0 ? end : a->pos0;
-    e = e < v->q_start ? e : v->q_start;
-    if (j < a->keep) e = e < a->keep ? e : a->keep;
-    else {
-        const int32_t slot = a->keep + (j - a->keep) % (a->cap - a->keep);
-        e = e < j + (a->cap - slot) ? e : j + (a->cap - slot);
-    }
-    return e - j;
-}
+/* Runs f over the visible held positions of query position p in increasing order, as runs of rows evenly spaced
+ * kvd floats apart (float rows) or single dequantized rows (quantized rows, into tmp [hd]).  values: read the
+ * value storages, else the keys.  f gets (first row, count, keys done so far). */
+typedef struct attn_walk {
+    const gp_attn_args *a;
+    int32_t kvh, p;
+    float *tmp;
+} attn_walk;
+
+#define WALK(W, VALUES, CALL)                                                                                         \
+    do {                                                                                                              \
+        const gp_kv_desc *d_ = (W)->a->kv;                                                                            \
+        const int32_t hd_ = (W)->a->head_dim, p_ = (W)->p;                                                            \
+        const int32_t lo_ = d_->window > 0 && p_ - d_->window + 1 > 0 ? p_ - d_->window + 1 : 0;                      \
+        const int32_t pin_ = lo_ > d_->pinned ? d_->pinned : lo_;                                                     \
+        const int32_t rb_[2] = {0, lo_}, re_[2] = {pin_, p_ + 1};                                                     \
+        int32_t cnt = 0;                                                                                              \
+        for (int g_ = 0; g_ < 2; g_++)                                                                                \
+            for (int32_t s_ = 0; s_ < d_->n_seg; s_++) {                                                              \
+                const gp_kv_seg *sg_ = &d_->seg[s_];                                                                  \
+                const int32_t j0_ = sg_->p0 > rb_[g_] ? sg_->p0 : rb_[g_], j1_ = sg_->p1 < re_[g_] ? sg_->p1 : re_[g_]; \
+                if (j0_ >= j1_) continue;                                                                             \
+                const gp_kv_rows *st_ = VALUES ? &d_->v[sg_->src] : &d_->k[sg_->src];                                 \
+                const int64_t r_ = sg_->r0 + (int64_t)(j0_ - sg_->p0);                                                \
+                if (!sg_->quant) {                                                                                    \
+                    const float *row = st_->f + r_ * st_->kvd + (int64_t)(W)->kvh * hd_;                             \
+                    const int32_t c = j1_ - j0_;                                                                      \
+                    CALL;                                                                                             \
+                    cnt += c;                                                                                         \
+                } else                                                                                                \
+                    for (int32_t j_ = j0_; j_ < j1_; j_++) {                                                          \
+                        kv_dequant(st_, r_ + (j_ - j0_), (W)->kvh * hd_, hd_, (W)->tmp);                              \
+                        const float *row = (W)->tmp;                                                                  \
+                        const int32_t c = 1;                                                                          \
+                        CALL;                                                                                         \
+                        cnt += 1;                                                                                     \
+                    }                                                                                                 \
+            }                                                                                                         \
+    } while (0)
 
 /* Item (token, kv head) of attention: the group's query heads one after the other on one thread, so the keys and
  * values of that kv head are read from memory once per token and from cache for the other heads of the group.
- * Keys of query position p, in increasing position order: [0, keep) then [max(keep, lo), p], taken in runs of
+ * Keys of query position p in increasing position order: the pinned ones [0, pin) then [lo, p], taken in runs of
  * evenly spaced rows by the score and value kernels (the same bits as one dot / axpy per key). */
 static void attn_item(void *arg, int64_t tk, int thread) {
-    const gp_attn_args *a = ((const attn_job *)arg)->a;
-    const gp_simd_kernels *K = ((const attn_job *)arg)->K;
+    const attn_job *J = arg;
+    const gp_attn_args *a = J->a;
+    const gp_simd_kernels *K = J->K;
     const int32_t hd = a->head_dim, group = a->n_heads / a->n_kv;
     const int64_t kv_stride = (int64_t)a->n_kv * hd;
     const int32_t t = (int32_t)(tk / a->n_kv), kvh = (int32_t)(tk % a->n_kv);
-    const int32_t p = a->pos0 + t;
-    const int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-    const int32_t pin = lo > a->keep ? a->keep : lo; /* positions [0, pin) are pinned and visible */
-    const int32_t rb[2] = {0, lo}, re[2] = {pin, p + 1}; /* the two ranges of visible positions */
-    float *sc = a->scratch + (int64_t)thread * a->scratch_stride;
-    float *tmp = sc + (a->scratch_stride - 2 * hd);
+    float *sc = J->scratch + (int64_t)thread * J->stride;
+    attn_walk w = {a, kvh, a->pos0 + t, sc + (J->stride - 2 * hd)};
     for (int32_t h = kvh * group; h < (kvh + 1) * group; h++) {
-        const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd, *row;
-        int32_t cnt = 0;
-        for (int g = 0; g < 2; g++)
-            for (int32_t j = rb[g], c; j < re[g]; j += c, cnt += c) {
-                c = kv_run(a, a->kc, a->k_new, j, re[g], kvh, tmp, &row);
-                K->scores(sc + cnt, q, row, kv_stride, c, hd);
-            }
+        const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
+        int32_t n_keys = 0;
+        WALK(&w, 0, (K->scores(sc + cnt, q, row, kv_stride, c, hd), n_keys = cnt + c));
         float mx = -INFINITY;
-        for (int32_t i = 0; i < cnt; i++) {
+        for (int32_t i = 0; i < n_keys; i++) {
             float s = sc[i] * a->scale;
             if (a->softcap > 0) s = tanhf(s / a->softcap) * a->softcap;
             sc[i] = s;
             if (s > mx) mx = s;
         }
-        const float sum = K->exp_sum(sc, cnt, mx);
+        const float sum = K->exp_sum(sc, n_keys, mx);
         float *o = a->out + ((int64_t)t * a->n_heads + h) * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
-        cnt = 0;
-        for (int g = 0; g < 2; g++)
-            for (int32_t j = rb[g], c; j < re[g]; j += c, cnt += c) {
-                c = kv_run(a, a->vc, a->v_new, j, re[g], kvh, tmp + hd, &row);
-                K->pv(o, sc + cnt, sum, row, kv_stride, c, hd);
-            }
+        w.tmp = sc + (J->stride - hd);
+        WALK(&w, 1, K->pv(o, sc + cnt, sum, row, kv_stride, c, hd));
+        w.tmp = sc + (J->stride - 2 * hd);
     }
 }
 
-/* out [n, n_heads, hd] = softmax(q k^T * scale [soft-capped]) v over the visible keys (causal, sliding window,
- * pinned positions).  Items are (token, kv head); each (token, head) is computed in one fixed order: scores by the
- * shared dot product, exp and sum by exp_sum, then the values accumulated key by key.  The scratch row is the
- * running thread's. */
-static void cpu_attention(const gp_attn_args *a) {
-    attn_job j = {a, gp_cpu_kernels()};
-    gp_pool_run(n_threads(), (int64_t)a->n * a->n_kv, attn_item, &j);
+/* out [n, n_heads, hd] = softmax(q k^T * scale [soft-capped]) v over the visible keys (gp_kv_desc).  Items are
+ * (token, kv head); each (token, head) is computed in one fixed order: scores by the shared dot product, exp and
+ * sum by exp_sum, then the values accumulated key by key.  The scratch row is the running thread's. */
+static void cpu_attention(gp_ws *ws, const gp_attn_args *a) {
+    const cpu_ws *cw = ws->impl;
+    attn_job j = {a, gp_cpu_kernels(), cw->attn, cw->attn_stride};
+    gp_pool_run(ws->n_threads, (int64_t)a->n * a->n_kv, attn_item, &j);
 }
 
-static void cpu_embed(float *y, const int32_t *ids, int32_t n, const gp_wt *table, float scale) {
+static void cpu_embed(gp_ws *ws, float *y, const int32_t *ids, int32_t n, const gp_wt *table, float scale) {
+    const gp_cpu_format *F = gp_cpu_format_of(table->format);
     for (int32_t t = 0; t < n; t++) {
         float *yt = y + (int64_t)t * table->cols;
-        row_to_f32(table, ids[t], yt);
+        F->widen(table, ids[t], yt);
         if (scale != 1.0f)
             for (int64_t i = 0; i < table->cols; i++) yt[i] *= scale;
     }
@@ -269,13 +314,22 @@ static void glu_item(void *arg, int64_t it, int thread) {
 }
 
 /* gate [n] = act(gate) * up [n] */
-static void cpu_glu(float *gate, const float *up, int64_t n, gp_act act) {
+static void cpu_glu(gp_ws *ws, float *gate, const float *up, int64_t n, gp_act act) {
     ew_job j = {gp_cpu_kernels(), gate, up, n, act, 0};
-    gp_pool_run(n_threads(), (n + EW_CHUNK - 1) / EW_CHUNK, glu_item, &j);
+    gp_pool_run(ws->n_threads, (n + EW_CHUNK - 1) / EW_CHUNK, glu_item, &j);
 }
 
-static void cpu_add(float *y, const float *x, int64_t n) {
+/* y [n] += x [n] */
+static void cpu_add(gp_ws *ws, float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+/* x [n, d] += c * v [d] per row */
+static void cpu_add_row(gp_ws *ws, float *x, const float *v, float c, int32_t n, int32_t d) {
+    for (int32_t t = 0; t < n; t++) {
+        float *xt = x + (int64_t)t * d;
+        for (int32_t i = 0; i < d; i++) xt[i] += c * v[i];
+    }
 }
 
 /* Item i of softcap: elements [i*EW_CHUNK, ...). */
@@ -286,21 +340,160 @@ static void softcap_item(void *arg, int64_t it, int thread) {
 }
 
 /* x [n] = cap * tanh(x / cap) */
-static void cpu_softcap(float *x, int64_t n, float cap) {
+static void cpu_softcap(gp_ws *ws, float *x, int64_t n, float cap) {
     ew_job j = {NULL, x, NULL, n, GP_ACT_SILU, cap};
-    gp_pool_run(n_threads(), (n + EW_CHUNK - 1) / EW_CHUNK, softcap_item, &j);
+    gp_pool_run(ws->n_threads, (n + EW_CHUNK - 1) / EW_CHUNK, softcap_item, &j);
 }
 
-static const gp_backend CPU = {
-    .name = "cpu",
-    .matmul = cpu_matmul,
+/* Affine quantization of x [kvd] into row r of s: per group, scale = (max - min) / (2^bits - 1),
+ * q = round((x - min) / scale) clamped to [0, 2^bits - 1]. */
+static void quantize_row(const gp_kv_rows *s, int64_t r, const float *x) {
+    const int32_t G = s->group, qmax = (1 << s->bits) - 1;
+    uint8_t *q = s->q + r * s->row_bytes;
+    float *scale = s->scale + r * s->n_groups, *minv = s->minv + r * s->n_groups;
+    memset(q, 0, (size_t)s->row_bytes);
+    for (int32_t g = 0; g < s->n_groups; g++) {
+        int32_t a = g * G, b = a + G < s->kvd ? a + G : s->kvd;
+        float lo = x[a], hi = x[a];
+        for (int32_t i = a + 1; i < b; i++) {
+            lo = x[i] < lo ? x[i] : lo;
+            hi = x[i] > hi ? x[i] : hi;
+        }
+        float sc = (hi - lo) / (float)qmax;
+        scale[g] = sc;
+        minv[g] = lo;
+        for (int32_t i = a; i < b; i++) {
+            int32_t v = sc > 0 ? (int32_t)lrintf((x[i] - lo) / sc) : 0;
+            v = v < 0 ? 0 : v > qmax ? qmax : v;
+            if (s->bits == 8) q[i] = (uint8_t)v;
+            else q[i / 2] |= (uint8_t)(v << ((i & 1) * 4));
+        }
+    }
+}
+
+/* rows [r0, r0+n) of dst = x [n, kvd], quantized or float32 */
+static void cpu_kv_store(gp_ws *ws, const gp_kv_rows *dst, int32_t r0, const float *x, int32_t n, int quant) {
+    for (int32_t t = 0; t < n; t++) {
+        const float *xt = x + (int64_t)t * dst->kvd;
+        if (quant) quantize_row(dst, (int64_t)r0 + t, xt);
+        else memcpy(dst->f + ((int64_t)r0 + t) * dst->kvd, xt, (size_t)dst->kvd * sizeof(float));
+    }
+}
+
+/* rows [d0, d0+n) of dst = rows [s0, s0+n) of src */
+static void cpu_kv_copy(gp_ws *ws, const gp_kv_rows *dst, int32_t d0, const gp_kv_rows *src, int32_t s0, int32_t n,
+                        int quant) {
+    if (n <= 0) return;
+    if (!quant) {
+        memmove(dst->f + (int64_t)d0 * dst->kvd, src->f + (int64_t)s0 * src->kvd, (size_t)n * dst->kvd * sizeof(float));
+        return;
+    }
+    memmove(dst->q + (int64_t)d0 * dst->row_bytes, src->q + (int64_t)s0 * src->row_bytes, (size_t)n * dst->row_bytes);
+    memmove(dst->scale + (int64_t)d0 * dst->n_groups, src->scale + (int64_t)s0 * src->n_groups,
+            (size_t)n * dst->n_groups * sizeof(float));
+    memmove(dst->minv + (int64_t)d0 * dst->n_groups, src->minv + (int64_t)s0 * src->n_groups,
+            (size_t)n * dst->n_groups * sizeof(float));
+}
+
+/* ---- instance, workspace, memory ---- */
+
+static int32_t online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int32_t)n : 1;
+}
+
+static gp_status cpu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) {
+    *out = NULL;
+    if (p->n_threads < 0 || p->max_tokens < 0 || p->max_keys < 0 || p->head_dim < 0 || p->max_lora_rank < 0)
+        return gp_set_error(GP_ERR_INVALID_ARG, "cpu backend: workspace sizes must be >= 0");
+    gp_ws *ws = gp_calloc(1, sizeof *ws);
+    cpu_ws *cw = gp_calloc(1, sizeof *cw);
+    if (!ws || !cw) {
+        free(ws);
+        free(cw);
+        return GP_ERR_NOMEM;
+    }
+    ws->be = be;
+    ws->p = *p;
+    ws->n_threads = p->n_threads > 0 ? p->n_threads : be->p.n_threads;
+    ws->impl = cw;
+    cw->attn_stride = (int64_t)p->max_keys + 2 * (int64_t)p->head_dim;
+    cw->attn = gp_malloc((size_t)ws->n_threads * (size_t)cw->attn_stride, sizeof(float));
+    cw->lora = gp_malloc((size_t)p->max_lora_rank * (size_t)p->max_tokens + 1, sizeof(float));
+    if (!cw->attn || !cw->lora) {
+        free(cw->attn);
+        free(cw->lora);
+        free(cw);
+        free(ws);
+        return gp_set_error(GP_ERR_NOMEM, "cpu backend: out of memory for a workspace (%d threads x %d keys)",
+                            p->n_threads, p->max_keys);
+    }
+    *out = ws;
+    return GP_OK;
+}
+
+static void cpu_ws_free(gp_ws *ws) {
+    if (!ws) return;
+    cpu_ws *cw = ws->impl;
+    free(cw->attn);
+    free(cw->lora);
+    free(cw);
+    free(ws);
+}
+
+static void *cpu_alloc(gp_backend *be, size_t bytes) { return malloc(bytes ? bytes : 1); }
+static void cpu_dealloc(gp_backend *be, void *p) { free(p); }
+static void cpu_memcpy(gp_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) memmove(dst, src, bytes);
+}
+static gp_status cpu_bind_weight(gp_backend *be, const gp_wt *view, gp_wt *out) {
+    if (view->data && !gp_cpu_format_of(view->format))
+        return gp_set_error(GP_ERR_UNSUPPORTED, "cpu backend: weight format %d has no kernels", (int)view->format);
+    *out = *view; /* the mmap is host memory: a view, no copy */
+    return GP_OK;
+}
+static void cpu_unbind_weight(gp_backend *be, gp_wt *w) {}
+static void cpu_free(gp_backend *be) { free(be); }
+
+static const gp_backend_ops CPU_OPS = {
+    .free = cpu_free,
+    .ws_init = cpu_ws_init,
+    .ws_free = cpu_ws_free,
+    .alloc = cpu_alloc,
+    .dealloc = cpu_dealloc,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .bind_weight = cpu_bind_weight,
+    .unbind_weight = cpu_unbind_weight,
+    .linear = cpu_linear,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention = cpu_attention,
     .embed = cpu_embed,
     .glu = cpu_glu,
     .add = cpu_add,
+    .add_row = cpu_add_row,
     .softcap = cpu_softcap,
+    .kv_store = cpu_kv_store,
+    .kv_copy = cpu_kv_copy,
 };
 
-const gp_backend *gp_backend_cpu(void) { return &CPU; }
+gp_status gp_backend_cpu_init(const gp_backend_params *p, gp_backend **out) {
+    if (!out) return gp_set_error(GP_ERR_INVALID_ARG, "gp_backend_cpu_init: out is NULL");
+    *out = NULL;
+    if (p && p->n_threads < 0) return gp_set_error(GP_ERR_INVALID_ARG, "gp_backend_cpu_init: n_threads < 0");
+    gp_backend *be = gp_calloc(1, sizeof *be);
+    if (!be) return GP_ERR_NOMEM;
+    be->name = "cpu";
+    be->ops = &CPU_OPS;
+    be->host_memory = 1;
+    if (p) be->p = *p;
+    if (be->p.n_threads == 0) be->p.n_threads = online_cpus();
+    *out = be;
+    return GP_OK;
+}
+
+void gp_backend_free(gp_backend *be) {
+    if (be) be->ops->free(be);
+}

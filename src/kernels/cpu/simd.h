@@ -15,12 +15,18 @@
 
 #include <stdint.h>
 
+/* The SIMD paths (index of a path's column in the per-format traits table, formats.h). */
+typedef enum gp_simd_id { GP_SIMD_SCALAR = 0, GP_SIMD_AVX2 = 1, GP_SIMD_AVX512 = 2, GP_SIMD_N } gp_simd_id;
+
+/* y[r] = W[r] · x for r in [r0, r1); W [rows, K] in its format, x [K] */
+typedef void (*gp_matvec_fn)(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+/* y[t*ldy + r] = W[r] · x[t] for r in [r0, r1), t in [0, n); x [n, K].  Same bits as matvec per element. */
+typedef void (*gp_gemm_fn)(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
+
+/* The format-independent kernels of one SIMD path (the weight kernels are in the traits table, formats.h). */
 typedef struct gp_simd_kernels {
     const char *name; /* "scalar", "avx2", "avx512" */
-    /* y[r] = W[r] · x for r in [r0, r1); W [rows, K] in its stored dtype, x [K] */
-    void (*matvec)(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
-    /* y[t*ldy + r] = W[r] · x[t] for r in [r0, r1), t in [0, n); x [n, K].  Same bits as matvec per element. */
-    void (*gemm)(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
+    gp_simd_id id;
     /* a [n] · b [n], both float32 */
     float (*dot)(const float *a, const float *b, int64_t n);
     /* s[j] = exp(s[j] - mx) for j in [0, n); returns the sum of the new s in a fixed order */
@@ -35,6 +41,22 @@ typedef struct gp_simd_kernels {
     /* g [n] = silu(g) * u [n] */
     void (*silu_mul)(float *g, const float *u, int64_t n);
 } gp_simd_kernels;
+
+/* The weight kernels each path exports for the dense formats (rows of formats.c). */
+void gp_scalar_matvec_f32(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+void gp_scalar_matvec_bf16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+void gp_scalar_matvec_f16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+#if defined(__x86_64__) && defined(__GNUC__)
+void gp_avx2_matvec_f32(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+void gp_avx2_matvec_bf16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+void gp_avx2_matvec_f16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+void gp_avx512_matvec_f32(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+void gp_avx512_matvec_bf16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+void gp_avx512_matvec_f16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+void gp_avx512_gemm_f32(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
+void gp_avx512_gemm_bf16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
+void gp_avx512_gemm_f16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
+#endif
 
 const gp_simd_kernels *gp_simd_scalar(void);
 const gp_simd_kernels *gp_simd_avx2(void);   /* NULL when not compiled in */

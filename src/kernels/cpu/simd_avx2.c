@@ -106,14 +106,15 @@ DEFINE_MATVEC(matvec_f32, float, ld_f32)
 DEFINE_MATVEC(matvec_bf16, uint16_t, ld_bf16)
 DEFINE_MATVEC(matvec_f16, uint16_t, ld_f16)
 
-/* y[r] = W[r] · x, r in [r0, r1) */
-static void matvec(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
-    switch (w->dtype) {
-    case GP_DTYPE_F32: matvec_f32(y, w->data, w->cols, r0, r1, x); break;
-    case GP_DTYPE_BF16: matvec_bf16(y, w->data, w->cols, r0, r1, x); break;
-    case GP_DTYPE_F16: matvec_f16(y, w->data, w->cols, r0, r1, x); break;
-    default: break; /* loader admits only the three above */
-    }
+/* y[r] = W[r] · x, r in [r0, r1), per dense format (rows of formats.c; gemm is formats.c's generic one) */
+void gp_avx2_matvec_f32(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
+    matvec_f32(y, w->data, w->cols, r0, r1, x);
+}
+void gp_avx2_matvec_bf16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
+    matvec_bf16(y, w->data, w->cols, r0, r1, x);
+}
+void gp_avx2_matvec_f16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
+    matvec_f16(y, w->data, w->cols, r0, r1, x);
 }
 
 /* a [n] · b [n] */
@@ -121,35 +122,6 @@ static float dot(const float *a, const float *b, int64_t n) {
     float y;
     matvec_f32(&y, a, n, 0, 1, b);
     return y;
-}
-
-/* y[t*ldy + r] = W[r] · x[t]: per block of tokens, each weight row is converted to float32 once and dotted with
- * every token of the block by the f32 matvec (the same arithmetic as matvec on the stored dtype). */
-static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
-    const int64_t K = w->cols;
-    int64_t tb = (512 * 1024) / (K * (int64_t)sizeof(float));
-    tb = tb < 1 ? 1 : tb > 256 ? 256 : tb;
-    float *buf = w->dtype == GP_DTYPE_F32 ? NULL : malloc((size_t)K * sizeof(float));
-    if (w->dtype != GP_DTYPE_F32 && !buf) {
-        for (int32_t t = 0; t < n; t++) matvec(y + t * ldy, w, r0, r1, x + (int64_t)t * K);
-        return;
-    }
-    for (int64_t t0 = 0; t0 < n; t0 += tb) {
-        const int64_t t1 = t0 + tb < n ? t0 + tb : n;
-        for (int64_t r = r0; r < r1; r++) {
-            const float *row = (const float *)w->data + r * K;
-            if (buf) {
-                const uint16_t *s = (const uint16_t *)w->data + r * K;
-                if (w->dtype == GP_DTYPE_BF16)
-                    for (int64_t i = 0; i < K; i++) buf[i] = gp_bf16_to_f32(s[i]);
-                else
-                    for (int64_t i = 0; i < K; i++) buf[i] = _cvtsh_ss(s[i]);
-                row = buf;
-            }
-            for (int64_t t = t0; t < t1; t++) matvec_f32(y + t * ldy + r, row, K, 0, 1, x + t * K);
-        }
-    }
-    free(buf);
 }
 
 /* s[j] = exp(s[j] - mx); returns the 16-lane sum reduced by the fixed tree */
@@ -221,7 +193,7 @@ static void silu_mul(float *g, const float *u, int64_t n) {
 }
 
 static const gp_simd_kernels AVX2 = {
-    .name = "avx2", .matvec = matvec, .gemm = gemm, .dot = dot, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
+    .name = "avx2", .id = GP_SIMD_AVX2, .dot = dot, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
     .silu_mul = silu_mul,
 };
 

@@ -106,14 +106,15 @@ DEFINE_MATVEC(matvec_f32, float, ld_f32, ldm_f32)
 DEFINE_MATVEC(matvec_bf16, uint16_t, ld_bf16, ldm_bf16)
 DEFINE_MATVEC(matvec_f16, uint16_t, ld_f16, ldm_f16)
 
-/* y[r] = W[r] · x, r in [r0, r1) */
-static void matvec(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
-    switch (w->dtype) {
-    case GP_DTYPE_F32: matvec_f32(y, w->data, w->cols, r0, r1, x); break;
-    case GP_DTYPE_BF16: matvec_bf16(y, w->data, w->cols, r0, r1, x); break;
-    case GP_DTYPE_F16: matvec_f16(y, w->data, w->cols, r0, r1, x); break;
-    default: break; /* loader admits only the three above */
-    }
+/* y[r] = W[r] · x, r in [r0, r1), per dense format (rows of formats.c) */
+void gp_avx512_matvec_f32(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
+    matvec_f32(y, w->data, w->cols, r0, r1, x);
+}
+void gp_avx512_matvec_bf16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
+    matvec_bf16(y, w->data, w->cols, r0, r1, x);
+}
+void gp_avx512_matvec_f16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
+    matvec_f16(y, w->data, w->cols, r0, r1, x);
 }
 
 /* a [n] · b [n] */
@@ -178,22 +179,21 @@ static void tile_6x4(float *y, int64_t ldy, const float *const *w, const float *
     }
 }
 
-/* Converts columns [k0, k0 + kl) of rows [r, r + MR) of a bf16/f16 w to float32 into buf [MR, ld]. */
-static void tile_to_f32(const gp_wt *w, int64_t r, int64_t k0, int64_t kl, int64_t ld, float *buf) {
-    const int64_t K = w->cols, kf = kl & ~(int64_t)15;
-    const __mmask16 m = (__mmask16)((1u << (kl & 15)) - 1u);
-    for (int i = 0; i < MR; i++) {
-        const uint16_t *s = (const uint16_t *)w->data + (r + i) * K + k0;
-        float *d = buf + (int64_t)i * ld;
-        if (w->dtype == GP_DTYPE_BF16) {
-            for (int64_t k = 0; k < kf; k += 16) _mm512_storeu_ps(d + k, ld_bf16(s + k));
-            if (m) _mm512_mask_storeu_ps(d + kf, m, ldm_bf16(s + kf, m));
-        } else {
-            for (int64_t k = 0; k < kf; k += 16) _mm512_storeu_ps(d + k, ld_f16(s + k));
-            if (m) _mm512_mask_storeu_ps(d + kf, m, ldm_f16(s + kf, m));
-        }
+/* Converts columns [k0, k0 + kl) of rows [r, r + MR) of w to float32 into buf [MR, ld] (one per 16-bit format). */
+typedef void (*tile_fn)(const gp_wt *w, int64_t r, int64_t k0, int64_t kl, int64_t ld, float *buf);
+#define DEFINE_TILE(NAME, LD, LDM)                                                                                    \
+    static void NAME(const gp_wt *w, int64_t r, int64_t k0, int64_t kl, int64_t ld, float *buf) {                     \
+        const int64_t K = w->cols, kf = kl & ~(int64_t)15;                                                            \
+        const __mmask16 m = (__mmask16)((1u << (kl & 15)) - 1u);                                                      \
+        for (int i = 0; i < MR; i++) {                                                                                \
+            const uint16_t *s = (const uint16_t *)w->data + (r + i) * K + k0;                                         \
+            float *d = buf + (int64_t)i * ld;                                                                         \
+            for (int64_t k = 0; k < kf; k += 16) _mm512_storeu_ps(d + k, LD(s + k));                                  \
+            if (m) _mm512_mask_storeu_ps(d + kf, m, LDM(s + kf, m));                                                  \
+        }                                                                                                             \
     }
-}
+DEFINE_TILE(tile_bf16, ld_bf16, ldm_bf16)
+DEFINE_TILE(tile_f16, ld_f16, ldm_f16)
 
 /* 64-byte aligned memory of at least bytes (aligned_alloc wants a multiple of the alignment). */
 static void *alloc64(size_t bytes) { return aligned_alloc(64, (bytes + 63) & ~(size_t)63); }
@@ -206,7 +206,8 @@ static void *alloc64(size_t bytes) { return aligned_alloc(64, (bytes + 63) & ~(s
  * with a padded row stride when its rows would fight for cache sets), then per row block and
  * k-block, each tile of MR weight rows is converted to float32 once into a padded buffer (L1) and computes MR×NR
  * outputs in registers, carrying 16-lane partial sums across k-blocks.  Rows and tokens left over at the edges go through matvec (same bits). */
-static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
+static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n,
+                 tile_fn tile, gp_matvec_fn matvec) {
     const int64_t K = w->cols;
     const int64_t kb = K <= KB ? K : KB, nk = (K + kb - 1) / kb, lw = kb + PAD;
     /* rows 16 KiB apart (K a multiple of 4096) fold a token block's k-slices onto a few L2 sets: copy them with a
@@ -241,10 +242,10 @@ static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, 
                 const int64_t k0 = kbi * kb, kl = K - k0 < kb ? K - k0 : kb;
                 for (int64_t r = rb; r < rbe; r += MR) {
                     const float *rows[MR];
-                    if (w->dtype == GP_DTYPE_F32) {
+                    if (!tile) {
                         for (int i = 0; i < MR; i++) rows[i] = (const float *)w->data + (r + i) * K + k0;
                     } else {
-                        tile_to_f32(w, r, k0, kl, lw, buf);
+                        tile(w, r, k0, kl, lw, buf);
                         for (int i = 0; i < MR; i++) rows[i] = buf + (int64_t)i * lw;
                     }
                     __m512 *Pr = P ? P + (size_t)((r - rb) / MR) * (size_t)(tb / NR) * MR * NR : NULL;
@@ -262,6 +263,17 @@ static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, 
     if (rfull < r1)
         for (int64_t t = 0; t < nfull; t++) matvec(y + t * ldy, w, rfull, r1, x + t * K);
     for (int64_t t = nfull; t < n; t++) matvec(y + t * ldy, w, r0, r1, x + t * K);
+}
+
+/* per dense format (rows of formats.c): f32 rows are read in place, 16-bit ones converted tile by tile */
+void gp_avx512_gemm_f32(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
+    gemm(y, ldy, w, r0, r1, x, n, NULL, gp_avx512_matvec_f32);
+}
+void gp_avx512_gemm_bf16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
+    gemm(y, ldy, w, r0, r1, x, n, tile_bf16, gp_avx512_matvec_bf16);
+}
+void gp_avx512_gemm_f16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
+    gemm(y, ldy, w, r0, r1, x, n, tile_f16, gp_avx512_matvec_f16);
 }
 
 /* s[j] = exp(s[j] - mx); returns their sum over 16 lanes reduced by the fixed tree */
@@ -363,7 +375,7 @@ static void silu_mul(float *g, const float *u, int64_t n) {
 }
 
 static const gp_simd_kernels AVX512 = {
-    .name = "avx512", .matvec = matvec, .gemm = gemm, .dot = dot, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
+    .name = "avx512", .id = GP_SIMD_AVX512, .dot = dot, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
     .silu_mul = silu_mul,
 };
 

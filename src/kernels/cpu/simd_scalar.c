@@ -24,27 +24,14 @@ DEFINE_DOT(dot_f32, float, LOAD_F32)
 DEFINE_DOT(dot_bf16, uint16_t, LOAD_BF16)
 DEFINE_DOT(dot_f16, uint16_t, LOAD_F16)
 
-/* W row r · x [W.cols] */
-static inline float dot_row(const gp_wt *w, int64_t r, const float *x) {
-    int64_t k = w->cols;
-    switch (w->dtype) {
-    case GP_DTYPE_F32: return dot_f32((const float *)w->data + r * k, x, k);
-    case GP_DTYPE_BF16: return dot_bf16((const uint16_t *)w->data + r * k, x, k);
-    case GP_DTYPE_F16: return dot_f16((const uint16_t *)w->data + r * k, x, k);
-    default: return 0.0f; /* loader admits only the three above */
+/* y[r] = W[r] · x, r in [r0, r1), one function per dense format (rows of formats.c) */
+#define DEFINE_MATVEC(NAME, TYPE, DOT)                                                                                \
+    void NAME(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {                                     \
+        for (int64_t r = r0; r < r1; r++) y[r] = DOT((const TYPE *)w->data + r * w->cols, x, w->cols);                \
     }
-}
-
-/* y[r] = W[r] · x, r in [r0, r1) */
-static void matvec(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
-    for (int64_t r = r0; r < r1; r++) y[r] = dot_row(w, r, x);
-}
-
-/* y[t*ldy + r] = W[r] · x[t] */
-static void gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
-    for (int64_t r = r0; r < r1; r++)
-        for (int32_t t = 0; t < n; t++) y[t * ldy + r] = dot_row(w, r, x + (int64_t)t * w->cols);
-}
+DEFINE_MATVEC(gp_scalar_matvec_f32, float, dot_f32)
+DEFINE_MATVEC(gp_scalar_matvec_bf16, uint16_t, dot_bf16)
+DEFINE_MATVEC(gp_scalar_matvec_f16, uint16_t, dot_f16)
 
 /* s[j] = exp(s[j] - mx), summed in order */
 static float exp_sum(float *s, int64_t n, float mx) {
@@ -82,7 +69,7 @@ static void silu_mul(float *g, const float *u, int64_t n) {
 }
 
 static const gp_simd_kernels SCALAR = {
-    .name = "scalar", .matvec = matvec, .gemm = gemm, .dot = dot_f32, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
+    .name = "scalar", .id = GP_SIMD_SCALAR, .dot = dot_f32, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
     .silu_mul = silu_mul,
 };
 

@@ -1,0 +1,456 @@
+/* test_backend_ops.c — every op of every available backend (BACKENDS below; a CUDA backend adds one line) against a
+ * plain, obviously-correct reference written here in double precision, on random data with odd sizes (not
+ * multiples of 16, one token and several), every weight format and LoRA terms; and each op gives the same bits
+ * with 1 and 3 threads.  Data moves in and out only through the backend's alloc / upload / download, so the same
+ * harness runs on a device backend.  Tolerances are stated per op and the maximum errors are printed.
+ * (In the spirit of llama.cpp's test-backend-ops.) */
+#include "kernels/backend.h"
+#include "test.h"
+#include "util/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef gp_status (*backend_init_fn)(const gp_backend_params *p, gp_backend **out);
+static const struct {
+    const char *name;
+    backend_init_fn init;
+} BACKENDS[] = {{"cpu", gp_backend_cpu_init}};
+#define N_BACKENDS (sizeof BACKENDS / sizeof BACKENDS[0])
+
+static float frand(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)(*s >> 8) / 16777216.0f - 0.5f;
+}
+
+static float *rand_vec(size_t n, uint32_t seed, float amp) {
+    float *v = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = amp * frand(&seed);
+    return v;
+}
+
+/* A backend buffer holding host floats h [n]. */
+static float *dev_from(gp_backend *be, const float *h, size_t n) {
+    float *d = be->ops->alloc(be, n * sizeof(float));
+    if (d && n) be->ops->upload(be, d, h, n * sizeof(float));
+    return d;
+}
+
+/* Host copy of backend buffer d [n] (caller frees). */
+static float *host_of(gp_backend *be, const float *d, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    if (n) be->ops->download(be, h, d, n * sizeof(float));
+    return h;
+}
+
+/* A weight [rows, cols] in format f from float values v (rounded to the format), bound through the backend;
+ * *exact receives the values the weight holds. *host_data must be freed after unbinding. */
+static gp_wt make_weight(gp_backend *be, gp_wfmt f, const float *v, int64_t rows, int64_t cols, float *exact,
+                         void **host_data) {
+    const size_t n = (size_t)(rows * cols), es = f == GP_WFMT_F32 ? 4 : 2;
+    void *d = malloc(n * es + 1);
+    for (size_t i = 0; i < n; i++) {
+        if (f == GP_WFMT_F32) ((float *)d)[i] = exact[i] = v[i];
+        else if (f == GP_WFMT_BF16) exact[i] = gp_bf16_to_f32(((uint16_t *)d)[i] = gp_f32_to_bf16(v[i]));
+        else exact[i] = gp_f16_to_f32(((uint16_t *)d)[i] = gp_f32_to_f16(v[i]));
+    }
+    gp_wt view = gp_wt_dense(f, d, rows, cols), w;
+    if (be->ops->bind_weight(be, &view, &w) != GP_OK) memset(&w, 0, sizeof w);
+    *host_data = d;
+    return w;
+}
+
+static gp_ws *make_ws(gp_backend *be, int32_t threads, int32_t tokens, int32_t keys, int32_t hd, int32_t rank) {
+    gp_ws_params p = {.n_threads = threads, .max_tokens = tokens, .max_keys = keys, .head_dim = hd,
+                      .max_lora_rank = rank};
+    gp_ws *ws = NULL;
+    if (be->ops->ws_init(be, &p, &ws) != GP_OK) return NULL;
+    return ws;
+}
+
+/* ---- linear ---- */
+
+/* One linear case: returns the max error relative to the magnitude of the terms; *same: 1 and 3 threads agree. */
+static double linear_case(gp_backend *be, gp_wfmt f, int64_t out, int64_t in, int32_t n, int bias, int n_lora,
+                          uint32_t seed, int *same) {
+    const int32_t ranks[2] = {3, 1};
+    const float scales[2] = {0.5f, -2.0f};
+    float *wv = rand_vec((size_t)(out * in), seed, 1), *we = malloc(sizeof(float) * (size_t)(out * in));
+    float *x = rand_vec((size_t)(n * in), seed + 1, 2), *bv = rand_vec((size_t)out, seed + 2, 1);
+    void *hw, *hb, *ha[2], *hbb[2];
+    float *be_bias = malloc(sizeof(float) * (size_t)out), *ae[2], *bee[2];
+    gp_linear L = {0};
+    gp_lora lora[2];
+    L.w = make_weight(be, f, wv, out, in, we, &hw);
+    hb = NULL;
+    if (bias) L.bias = make_weight(be, GP_WFMT_F32, bv, 1, out, be_bias, &hb);
+    int32_t rank_sum = 0;
+    for (int i = 0; i < n_lora; i++) {
+        float *a = rand_vec((size_t)(ranks[i] * in), seed + 10 + i, 1), *b = rand_vec((size_t)(out * ranks[i]), seed + 20 + i, 1);
+        ae[i] = malloc(sizeof(float) * (size_t)(ranks[i] * in));
+        bee[i] = malloc(sizeof(float) * (size_t)(out * ranks[i]));
+        lora[i].a = make_weight(be, GP_WFMT_F32, a, ranks[i], in, ae[i], &ha[i]);
+        lora[i].b = make_weight(be, GP_WFMT_F32, b, out, ranks[i], bee[i], &hbb[i]);
+        lora[i].scale = scales[i];
+        rank_sum += ranks[i];
+        free(a);
+        free(b);
+    }
+    L.lora = n_lora ? lora : NULL;
+    L.n_lora = n_lora;
+    float *dx = dev_from(be, x, (size_t)(n * in)), *dy = be->ops->alloc(be, sizeof(float) * (size_t)(n * out));
+    float *got[2] = {NULL, NULL};
+    const int32_t threads[2] = {1, 3};
+    for (int ti = 0; ti < 2; ti++) {
+        gp_ws *ws = make_ws(be, threads[ti], n, 1, 1, rank_sum);
+        be->ops->linear(ws, dy, dx, &L, n);
+        got[ti] = host_of(be, dy, (size_t)(n * out));
+        be->ops->ws_free(ws);
+    }
+    *same = !memcmp(got[0], got[1], sizeof(float) * (size_t)(n * out));
+    double err = 0;
+    for (int32_t t = 0; t < n; t++)
+        for (int64_t o = 0; o < out; o++) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < in; i++) {
+                ref += (double)x[t * in + i] * we[o * in + i];
+                mag += fabs((double)x[t * in + i] * we[o * in + i]);
+            }
+            if (bias) ref += be_bias[o], mag += fabs(be_bias[o]);
+            for (int k = 0; k < n_lora; k++)
+                for (int r = 0; r < ranks[k]; r++) {
+                    double z = 0, zm = 0;
+                    for (int64_t i = 0; i < in; i++) {
+                        z += (double)x[t * in + i] * ae[k][r * in + i];
+                        zm += fabs((double)x[t * in + i] * ae[k][r * in + i]);
+                    }
+                    ref += scales[k] * z * bee[k][o * ranks[k] + r];
+                    mag += fabs(scales[k]) * zm * fabs(bee[k][o * ranks[k] + r]);
+                }
+            const double e = fabs(got[0][t * out + o] - ref) / (1.0 + mag);
+            if (e > err) err = e;
+        }
+    be->ops->unbind_weight(be, &L.w);
+    if (bias) be->ops->unbind_weight(be, &L.bias);
+    for (int i = 0; i < n_lora; i++) {
+        be->ops->unbind_weight(be, &lora[i].a);
+        be->ops->unbind_weight(be, &lora[i].b);
+        free(ha[i]), free(hbb[i]), free(ae[i]), free(bee[i]);
+    }
+    be->ops->dealloc(be, dx);
+    be->ops->dealloc(be, dy);
+    free(got[0]), free(got[1]), free(hw), free(hb), free(wv), free(we), free(x), free(bv), free(be_bias);
+    return err;
+}
+
+TEST(backend_ops_linear) {
+    const gp_wfmt fmts[] = {GP_WFMT_F32, GP_WFMT_BF16, GP_WFMT_F16};
+    const int64_t shapes[][2] = {{1, 1}, {7, 13}, {33, 100}, {130, 37}, {257, 64}};
+    const int32_t ns[] = {1, 4, 9};
+    for (size_t b = 0; b < N_BACKENDS; b++) {
+        gp_backend *be;
+        REQUIRE(BACKENDS[b].init(NULL, &be) == GP_OK);
+        double worst = 0;
+        int cases = 0, all_same = 1;
+        for (size_t f = 0; f < 3; f++)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                for (size_t ni = 0; ni < 3; ni++)
+                    for (int variant = 0; variant < 3; variant++) { /* plain, + bias, + bias + 2 LoRA terms */
+                        int same;
+                        double e = linear_case(be, fmts[f], shapes[s][0], shapes[s][1], ns[ni], variant >= 1,
+                                               variant == 2 ? 2 : 0, (uint32_t)(f * 1000 + s * 10 + ni + variant * 7),
+                                               &same);
+                        if (e > worst) worst = e;
+                        all_same &= same;
+                        cases++;
+                    }
+        NOTE("%s linear: %d cases (f32/bf16/f16, bias, LoRA), max relative error %.3g (tol 1e-6); 1 vs 3 threads %s",
+             BACKENDS[b].name, cases, worst, all_same ? "identical" : "DIFFER");
+        CHECK(worst < 1e-6);
+        CHECK(all_same);
+        gp_backend_free(be);
+    }
+}
+
+/* ---- element-wise, norms, rope, embed ---- */
+
+static double max_abs_diff(const float *a, const double *b, size_t n) {
+    double e = 0;
+    for (size_t i = 0; i < n; i++) e = fmax(e, fabs(a[i] - b[i]));
+    return e;
+}
+
+TEST(backend_ops_elementwise) {
+    const int32_t n = 5, d = 37, heads = 3, hd = 10;
+    for (size_t b = 0; b < N_BACKENDS; b++) {
+        gp_backend *be;
+        REQUIRE(BACKENDS[b].init(NULL, &be) == GP_OK);
+        gp_ws *ws = make_ws(be, 3, n, 1, hd, 0);
+        REQUIRE(ws);
+        const size_t N = (size_t)n * d;
+        float *x = rand_vec(N, 1, 4), *u = rand_vec(N, 2, 4), *wv = rand_vec((size_t)d, 3, 1), *we = malloc(sizeof(float) * d);
+        double *ref = malloc(sizeof(double) * N);
+        void *hw;
+        gp_wt w = make_weight(be, GP_WFMT_BF16, wv, 1, d, we, &hw);
+        float *dx = dev_from(be, x, N), *du = dev_from(be, u, N), *got;
+        double e[8] = {0};
+        /* rmsnorm, both conventions */
+        for (int po = 0; po < 2; po++) {
+            be->ops->upload(be, dx, x, N * sizeof(float));
+            be->ops->rmsnorm(ws, dx, dx, &w, n, d, 1e-5f, po);
+            got = host_of(be, dx, N);
+            for (int32_t t = 0; t < n; t++) {
+                double ss = 0;
+                for (int32_t i = 0; i < d; i++) ss += (double)x[t * d + i] * x[t * d + i];
+                const double inv = 1.0 / sqrt(ss / d + 1e-5);
+                for (int32_t i = 0; i < d; i++) ref[t * d + i] = x[t * d + i] * inv * (po ? 1.0 + we[i] : we[i]);
+            }
+            e[0] = fmax(e[0], max_abs_diff(got, ref, N));
+            free(got);
+        }
+        /* glu: silu and gelu(tanh) */
+        for (int act = 0; act < 2; act++) {
+            be->ops->upload(be, dx, x, N * sizeof(float));
+            be->ops->glu(ws, dx, du, (int64_t)N, (gp_act)act);
+            got = host_of(be, dx, N);
+            for (size_t i = 0; i < N; i++) {
+                const double g = x[i];
+                ref[i] = (act == GP_ACT_SILU ? g / (1 + exp(-g))
+                                             : 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)))) * u[i];
+            }
+            e[1] = fmax(e[1], max_abs_diff(got, ref, N));
+            free(got);
+        }
+        /* add, add_row, softcap */
+        be->ops->upload(be, dx, x, N * sizeof(float));
+        be->ops->add(ws, dx, du, (int64_t)N);
+        float *dv = dev_from(be, wv, (size_t)d);
+        be->ops->add_row(ws, dx, dv, 0.75f, n, d);
+        be->ops->softcap(ws, dx, (int64_t)N, 3.0f);
+        got = host_of(be, dx, N);
+        for (size_t i = 0; i < N; i++) ref[i] = 3.0 * tanh(((double)x[i] + u[i] + 0.75 * wv[i % d]) / 3.0);
+        e[2] = max_abs_diff(got, ref, N);
+        free(got);
+        /* rope on [n, heads, hd] at pos0 = 11 */
+        float inv_freq[5];
+        for (int i = 0; i < hd / 2; i++) inv_freq[i] = powf(10000.0f, -2.0f * i / hd);
+        float *r = rand_vec((size_t)n * heads * hd, 4, 2), *dr = dev_from(be, r, (size_t)n * heads * hd);
+        be->ops->rope(ws, dr, n, heads, hd, 11, inv_freq);
+        got = host_of(be, dr, (size_t)n * heads * hd);
+        double *rr = malloc(sizeof(double) * (size_t)n * heads * hd);
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t h = 0; h < heads; h++)
+                for (int32_t i = 0; i < hd / 2; i++) {
+                    const double a = (double)(float)((11 + t) * inv_freq[i]);
+                    const float *v = r + (t * heads + h) * hd;
+                    rr[(t * heads + h) * hd + i] = v[i] * cos(a) - v[i + hd / 2] * sin(a);
+                    rr[(t * heads + h) * hd + i + hd / 2] = v[i + hd / 2] * cos(a) + v[i] * sin(a);
+                }
+        e[3] = max_abs_diff(got, rr, (size_t)n * heads * hd);
+        free(got);
+        /* embed from an f16 table, scaled */
+        const int32_t V = 9, ids[5] = {8, 0, 3, 3, 7};
+        float *tv = rand_vec((size_t)V * d, 5, 1), *te = malloc(sizeof(float) * V * d);
+        void *ht;
+        gp_wt table = make_weight(be, GP_WFMT_F16, tv, V, d, te, &ht);
+        be->ops->embed(ws, dx, ids, n, &table, 1.5f);
+        got = host_of(be, dx, N);
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t i = 0; i < d; i++) ref[t * d + i] = 1.5 * te[ids[t] * d + i];
+        e[4] = max_abs_diff(got, ref, N);
+        free(got);
+        NOTE("%s: max abs error rmsnorm %.2g, glu %.2g, add+add_row+softcap %.2g, rope %.2g, embed %.2g (tol 1e-5)",
+             BACKENDS[b].name, e[0], e[1], e[2], e[3], e[4]);
+        for (int i = 0; i < 5; i++) CHECK(e[i] < 1e-5);
+        be->ops->unbind_weight(be, &w);
+        be->ops->unbind_weight(be, &table);
+        float *bufs[] = {dx, du, dv, dr};
+        for (int i = 0; i < 4; i++) be->ops->dealloc(be, bufs[i]);
+        be->ops->ws_free(ws);
+        free(x), free(u), free(wv), free(we), free(ref), free(hw), free(r), free(rr), free(tv), free(te), free(ht);
+        gp_backend_free(be);
+    }
+}
+
+/* ---- KV storage and attention ---- */
+
+/* Backend KV rows of `rows` rows (float and quantized arrays both allocated). */
+static gp_kv_rows kv_alloc(gp_backend *be, int32_t rows, int32_t kvd, int32_t bits, int32_t group) {
+    gp_kv_rows r = {0};
+    r.kvd = kvd;
+    r.bits = bits;
+    r.group = group;
+    r.n_groups = (kvd + group - 1) / group;
+    r.row_bytes = (kvd * bits + 7) / 8;
+    r.f = be->ops->alloc(be, sizeof(float) * (size_t)rows * kvd);
+    r.q = be->ops->alloc(be, (size_t)rows * r.row_bytes);
+    r.scale = be->ops->alloc(be, sizeof(float) * (size_t)rows * r.n_groups);
+    r.minv = be->ops->alloc(be, sizeof(float) * (size_t)rows * r.n_groups);
+    return r;
+}
+
+static void kv_free(gp_backend *be, gp_kv_rows *r) {
+    be->ops->dealloc(be, r->f);
+    be->ops->dealloc(be, r->q);
+    be->ops->dealloc(be, r->scale);
+    be->ops->dealloc(be, r->minv);
+}
+
+/* Row r of s as floats (dequantized when quant), read back to the host by the plain formula of gp_kv_rows. */
+static void kv_row(gp_backend *be, const gp_kv_rows *s, int32_t r, int quant, float *out) {
+    if (!quant) {
+        be->ops->download(be, out, s->f + (size_t)r * s->kvd, sizeof(float) * s->kvd);
+        return;
+    }
+    uint8_t q[512];
+    float sc[64], mn[64];
+    be->ops->download(be, q, s->q + (size_t)r * s->row_bytes, (size_t)s->row_bytes);
+    be->ops->download(be, sc, s->scale + (size_t)r * s->n_groups, sizeof(float) * s->n_groups);
+    be->ops->download(be, mn, s->minv + (size_t)r * s->n_groups, sizeof(float) * s->n_groups);
+    for (int32_t i = 0; i < s->kvd; i++) {
+        const int v = s->bits == 8 ? q[i] : (q[i / 2] >> ((i % 2) * 4)) & 15;
+        out[i] = v * sc[i / s->group] + mn[i / s->group];
+    }
+}
+
+TEST(backend_ops_kv_store_copy) {
+    const int32_t kvd = 44, rows = 6;
+    for (size_t b = 0; b < N_BACKENDS; b++) {
+        gp_backend *be;
+        REQUIRE(BACKENDS[b].init(NULL, &be) == GP_OK);
+        gp_ws *ws = make_ws(be, 2, rows, 1, 1, 0);
+        float *x = rand_vec((size_t)rows * kvd, 9, 3), row[64], row2[64];
+        double worst[2] = {0, 0};
+        for (int bits = 4; bits <= 8; bits += 4) {
+            gp_kv_rows a = kv_alloc(be, rows, kvd, bits, 32), c = kv_alloc(be, rows, kvd, bits, 32);
+            float *dx = dev_from(be, x, (size_t)rows * kvd);
+            be->ops->kv_store(ws, &a, 0, dx, rows, 1);
+            be->ops->kv_store(ws, &a, 0, dx, 2, 0);
+            be->ops->kv_copy(ws, &c, 1, &a, 0, rows - 1, 1);
+            be->ops->kv_copy(ws, &c, 3, &a, 0, 2, 0);
+            for (int32_t r = 0; r < rows; r++) {
+                kv_row(be, &a, r, 1, row);
+                for (int32_t g = 0; g < (kvd + 31) / 32; g++) { /* error <= half a quantization step */
+                    float lo = INFINITY, hi = -INFINITY;
+                    for (int32_t i = g * 32; i < kvd && i < g * 32 + 32; i++)
+                        lo = fminf(lo, x[r * kvd + i]), hi = fmaxf(hi, x[r * kvd + i]);
+                    const double step = (hi - lo) / ((1 << bits) - 1);
+                    for (int32_t i = g * 32; i < kvd && i < g * 32 + 32; i++)
+                        worst[bits / 8] = fmax(worst[bits / 8], fabs(row[i] - x[r * kvd + i]) / step);
+                }
+                if (r + 1 < rows) { /* copies are exact */
+                    kv_row(be, &c, r + 1, 1, row2);
+                    CHECK(!memcmp(row, row2, sizeof(float) * kvd));
+                }
+            }
+            kv_row(be, &c, 4, 0, row);
+            CHECK(!memcmp(row, x + kvd, sizeof(float) * kvd));
+            be->ops->dealloc(be, dx);
+            kv_free(be, &a);
+            kv_free(be, &c);
+        }
+        NOTE("%s kv_store: max error / quantization step %.3f (4-bit), %.3f (8-bit) (tol 0.5 + 1e-4); kv_copy exact",
+             BACKENDS[b].name, worst[0], worst[1]);
+        CHECK(worst[0] <= 0.5001 && worst[1] <= 0.5001);
+        be->ops->ws_free(ws);
+        free(x);
+        gp_backend_free(be);
+    }
+}
+
+/* Attention over a descriptor with pinned float rows, an evicted gap, float and quantized ring rows with a wrap,
+ * and a chunk whose later rows are quantized, against the definition (softmax over visible keys, double). */
+static void attention_case(gp_backend *be, int32_t hd, float softcap, double *err, int *same) {
+    enum { NKV = 2, NH = 4, N = 5, POS0 = 14, WINDOW = 6, PINNED = 2 };
+    const int32_t kvd = NKV * hd;
+    gp_kv_rows st[2] = {kv_alloc(be, 9, kvd, 4, 16), kv_alloc(be, N, kvd, 4, 16)};
+    gp_kv_rows sv[2] = {kv_alloc(be, 9, kvd, 8, 16), kv_alloc(be, N, kvd, 8, 16)};
+    gp_kv_desc d = {.k = {st[0], st[1]}, .v = {sv[0], sv[1]}, .window = WINDOW, .pinned = PINNED};
+    /* positions -> (storage, row, quantized); positions 2..4 evicted */
+    const gp_kv_seg segs[] = {{0, 2, 0, 0, 0}, {5, 9, 2, 0, 0}, {9, 12, 6, 0, 1}, {12, 14, 3, 0, 1},
+                              {14, 16, 0, 1, 0}, {16, 19, 2, 1, 1}};
+    d.n_seg = (int32_t)(sizeof segs / sizeof segs[0]);
+    memcpy(d.seg, segs, sizeof segs);
+    gp_ws *ws1 = make_ws(be, 1, N, 32, hd, 0), *ws3 = make_ws(be, 3, N, 32, hd, 0);
+    float *kx = rand_vec((size_t)kvd, 0, 1);
+    for (int32_t s = 0; s < d.n_seg; s++)
+        for (int32_t j = segs[s].p0; j < segs[s].p1; j++) {
+            float *kr = rand_vec((size_t)kvd, 100 + (uint32_t)j, 2), *vr = rand_vec((size_t)kvd, 200 + (uint32_t)j, 2);
+            float *dk = dev_from(be, kr, (size_t)kvd), *dv = dev_from(be, vr, (size_t)kvd);
+            const int32_t r = segs[s].r0 + (j - segs[s].p0);
+            be->ops->kv_store(ws1, &d.k[segs[s].src], r, dk, 1, segs[s].quant);
+            be->ops->kv_store(ws1, &d.v[segs[s].src], r, dv, 1, segs[s].quant);
+            be->ops->dealloc(be, dk), be->ops->dealloc(be, dv), free(kr), free(vr);
+        }
+    float *q = rand_vec((size_t)N * NH * hd, 7, 2), *dq = dev_from(be, q, (size_t)N * NH * hd);
+    float *dout = be->ops->alloc(be, sizeof(float) * N * NH * hd), *got[2];
+    gp_attn_args a = {.out = dout, .q = dq, .kv = &d, .n = N, .pos0 = POS0, .n_heads = NH, .n_kv = NKV,
+                      .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .softcap = softcap};
+    gp_ws *wss[2] = {ws1, ws3};
+    for (int i = 0; i < 2; i++) {
+        be->ops->attention(wss[i], &a);
+        got[i] = host_of(be, dout, (size_t)N * NH * hd);
+    }
+    *same = !memcmp(got[0], got[1], sizeof(float) * N * NH * hd);
+    /* the reference: every held position's rows as the storages hold them */
+    float K[19][64], Vv[19][64];
+    int held[19] = {0};
+    for (int32_t s = 0; s < d.n_seg; s++)
+        for (int32_t j = segs[s].p0; j < segs[s].p1; j++) {
+            kv_row(be, &d.k[segs[s].src], segs[s].r0 + (j - segs[s].p0), segs[s].quant, K[j]);
+            kv_row(be, &d.v[segs[s].src], segs[s].r0 + (j - segs[s].p0), segs[s].quant, Vv[j]);
+            held[j] = 1;
+        }
+    *err = 0;
+    for (int32_t t = 0; t < N; t++)
+        for (int32_t h = 0; h < NH; h++) {
+            const int32_t p = POS0 + t, kvh = h / (NH / NKV);
+            double sc[19], mx = -INFINITY, sum = 0;
+            for (int32_t j = 0; j <= p; j++) {
+                sc[j] = -INFINITY;
+                if (!held[j] || !(p - j < WINDOW || j < PINNED)) continue;
+                double s = 0;
+                for (int32_t i = 0; i < hd; i++) s += (double)q[(t * NH + h) * hd + i] * K[j][kvh * hd + i];
+                s *= 1.0 / sqrt((double)hd);
+                if (softcap > 0) s = softcap * tanh(s / softcap);
+                sc[j] = s;
+                mx = fmax(mx, s);
+            }
+            for (int32_t j = 0; j <= p; j++) sum += sc[j] == -INFINITY ? 0 : exp(sc[j] - mx);
+            for (int32_t i = 0; i < hd; i++) {
+                double o = 0;
+                for (int32_t j = 0; j <= p; j++)
+                    if (sc[j] != -INFINITY) o += exp(sc[j] - mx) / sum * Vv[j][kvh * hd + i];
+                *err = fmax(*err, fabs(got[0][(t * NH + h) * hd + i] - o));
+            }
+        }
+    for (int i = 0; i < 2; i++) kv_free(be, &st[i]), kv_free(be, &sv[i]);
+    be->ops->dealloc(be, dq), be->ops->dealloc(be, dout);
+    be->ops->ws_free(ws1), be->ops->ws_free(ws3);
+    free(kx), free(q), free(got[0]), free(got[1]);
+}
+
+TEST(backend_ops_attention) {
+    const int32_t hds[] = {12, 16, 32};
+    for (size_t b = 0; b < N_BACKENDS; b++) {
+        gp_backend *be;
+        REQUIRE(BACKENDS[b].init(NULL, &be) == GP_OK);
+        double worst = 0;
+        int all_same = 1;
+        for (size_t i = 0; i < 3; i++)
+            for (int cap = 0; cap < 2; cap++) {
+                double e;
+                int same;
+                attention_case(be, hds[i], cap ? 1.5f : 0.0f, &e, &same);
+                worst = fmax(worst, e);
+                all_same &= same;
+            }
+        NOTE("%s attention (pinned, evicted gap, float + 4/8-bit rows, ring wrap, window, soft-cap; head_dim 12/16/32):"
+             " max abs error %.3g (tol 1e-5); 1 vs 3 threads %s",
+             BACKENDS[b].name, worst, all_same ? "identical" : "DIFFER");
+        CHECK(worst < 1e-5);
+        CHECK(all_same);
+        gp_backend_free(be);
+    }
+}
