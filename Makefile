@@ -46,9 +46,18 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_OBJ  += $(CU_OBJ)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 
-.PHONY: all test asan demo deps clean bench bench-compare bench-tokenizer header-check cuda test-cuda nvcc-check
+.PHONY: all test asan demo deps deps-check clean bench bench-compare bench-tokenizer header-check cuda test-cuda \
+        nvcc-check
 
-all: deps-check $(BUILD)/genparity $(BUILD)/libgenparity.a $(BUILD)/libgenparity.so
+all: $(BUILD)/genparity $(BUILD)/libgenparity.a $(BUILD)/libgenparity.so
+
+# The Debian packages are checked (and installed as root) before anything compiles: every object has the stamp as
+# an order-only prerequisite, so `make -j` never races the check against a compiler needing a missing header, and
+# a new stamp never makes objects stale.
+$(BUILD)/deps.stamp: scripts/install-deps.sh
+	@mkdir -p $(BUILD)
+	@sh scripts/install-deps.sh --check
+	@touch $@
 
 deps-check:
 	@sh scripts/install-deps.sh --check
@@ -58,7 +67,7 @@ deps:
 
 $(CLI_OBJ): ALL_CFLAGS += $(OMP)
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c | $(BUILD)/deps.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
@@ -89,7 +98,7 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libgenparity.a
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
 
 # The header must compile as C and as C++.
-$(BUILD)/header-check.stamp: include/genparity.h
+$(BUILD)/header-check.stamp: include/genparity.h | $(BUILD)/deps.stamp
 	@mkdir -p $(BUILD)
 	echo '#include "genparity.h"' | $(CC) -std=c11 -Wall -Wextra -Werror -Iinclude -x c -fsyntax-only -
 	echo '#include "genparity.h"' | g++ -std=c++11 -Wall -Wextra -Werror -Iinclude -x c++ -fsyntax-only -
@@ -115,7 +124,7 @@ bench-compare: all
 	sh bench/compare.sh
 
 FIXTURES ?= ../shared/fixtures
-$(BUILD)/bench_tokenizer: bench/bench_tokenizer.c $(BUILD)/libgenparity.a
+$(BUILD)/bench_tokenizer: bench/bench_tokenizer.c $(BUILD)/libgenparity.a | $(BUILD)/deps.stamp
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgenparity.a $(LDFLAGS_ALL) $(LDLIBS)
 
 bench-tokenizer: $(BUILD)/bench_tokenizer

@@ -3,7 +3,8 @@
  * The CLI uses the public genparity.h plus two privileged internal headers, included here only:
  *   io/safetensors.h  reading and writing tensor files (steering vectors, reference logits, make-model), and
  *   util/util.h       gp_read_file / gp_set_error (prompt files, messages in the library's style).
- * Commands include only this header. */
+ * Commands include only this header; cli/commands.c also includes server/server.h for cmd_serve (the HTTP server
+ * is a separate component beside the CLI). */
 #ifndef GP_CLI_H
 #define GP_CLI_H
 
@@ -59,6 +60,7 @@ int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p);
 void cli_ctx_flags_help(FILE *f);
 int cmd_make_model(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv); /* server/serve.c: the OpenAI-compatible HTTP server */
 int cmd_chat_template(int argc, char **argv);
 
 /* Chat helpers (cli/cmd_chat.c): ISO-8601 date to epoch seconds (0, or -1 if malformed); whole file as a malloc'd

@@ -110,9 +110,12 @@ static long long peak_rss(void) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return 0;
     char line[256];
-    long long kb = 0;
+    int64_t kb = 0;
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmHWM:", 6)) kb = atoll(line + 6);
+        if (!strncmp(line, "VmHWM:", 6)) {
+            char num[32] = "";
+            if (sscanf(line + 6, "%31s", num) != 1 || cli_to_i64(num, &kb)) kb = 0;
+        }
     fclose(f);
     return kb * 1024;
 }
@@ -141,13 +144,9 @@ typedef struct row {
 } row;
 
 static int parse_pos(const char *flag, const char *v, int lo, int *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > 1 << 20) {
-        fprintf(stderr, "genparity bench: %s expects an integer >= %d, got '%s'\n", flag, lo, v);
-        return -1;
-    }
-    *out = (int)x;
+    int32_t x;
+    if (cli_i32(flag, v, lo, 1 << 20, &x)) return -1;
+    *out = x;
     return 0;
 }
 
@@ -272,10 +271,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "genparity bench: --format must be md or json\n");
         return 2;
     }
-    if (n_models == 0) {
-        fprintf(stderr, "genparity bench: give at least one --model DIR\n");
-        return 2;
-    }
+    if (n_models == 0) return cli_missing("--model", "at least one model folder");
     if (threads == 0) threads = omp_get_num_procs();
     double bw = bw_gbs ? bw_gbs * 1e9 : measure_bandwidth(threads, bw_mib);
     row rows[64];

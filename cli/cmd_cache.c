@@ -37,8 +37,10 @@ static int build(int argc, char **argv) {
         }
         i++;
     }
-    if (!out || (prompt != NULL) + (prompt_ids != NULL) + (turns != NULL) != 1) {
-        help(stderr);
+    if (!out) return cli_missing("-o", "the cache file to write");
+    if ((prompt != NULL) + (prompt_ids != NULL) + (turns != NULL) != 1) {
+        if (!prompt && !prompt_ids && !turns) return cli_missing("--prompt", "or --prompt-ids or --turns");
+        fprintf(stderr, "%s: give only one of --prompt, --prompt-ids, --turns\n", cli_prog);
         return 2;
     }
     char *joined = NULL;

@@ -54,17 +54,6 @@ static void print_ids(const int32_t *ids, int32_t n) {
     putchar(']');
 }
 
-static int parse_int(const char *flag, const char *v, int32_t lo, int32_t *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > 1 << 30) {
-        fprintf(stderr, "genparity generate: %s expects an integer >= %d, got '%s'\n", flag, lo, v);
-        return -1;
-    }
-    *out = (int32_t)x;
-    return 0;
-}
-
 /* One --steer-vector hook as given on the command line; --steer-layer/--steer-alpha/--steer-ramp after it apply to it. */
 typedef struct steer_flag {
     const char *spec;
@@ -72,17 +61,6 @@ typedef struct steer_flag {
     double alpha;
 } steer_flag;
 #define MAX_STEER 16
-
-static int parse_num(const char *flag, const char *v, double *out) {
-    char *end;
-    double x = strtod(v, &end);
-    if (!*v || *end || !isfinite(x) || fabs(x) > FLT_MAX) { /* alphas become float32: NaN, inf and 1e300 refused */
-        fprintf(stderr, "genparity generate: %s expects a finite number, got '%s'\n", flag, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
 
 /* Loads the steering vectors and installs the hooks and the logit-bias vector on c. Returns 0 or prints and -1. */
 static int apply_steering(gp_ctx *c, const gp_model *m, const steer_flag *sf, int n_sf, const char *lb_spec,
@@ -115,187 +93,200 @@ static int apply_steering(gp_ctx *c, const gp_model *m, const steer_flag *sf, in
     return 0;
 }
 
-int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *prompt = NULL, *prompt_ids = NULL, *format = "text", *prompt_cache = NULL;
-    const char *lb_spec = NULL;
-    double lb_alpha = 1.0;
-    int32_t max_tokens = 64, ignore_eos = 0;
+/* Command-line options. */
+typedef struct gopts {
+    const char *model_dir, *prompt, *prompt_ids, *format, *prompt_cache, *lb_spec;
+    double lb_alpha;
+    int32_t max_tokens, ignore_eos;
     steer_flag sf[MAX_STEER];
-    int n_sf = 0;
-    gp_ctx_params cp = gp_ctx_default_params();
+    int n_sf;
+    gp_ctx_params cp;
+} gopts;
+
+/* One flag that takes a value (argv[*i] = flag, value consumed).  Returns 0, or 2 after printing. */
+static int parse_valued(gopts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    static const char *const known[] = {"--model", "--prompt", "--prompt-ids", "--prompt-cache", "--format",
+                                        "--max-tokens", "--steer-vector", "--steer-layer", "--steer-alpha",
+                                        "--steer-ramp", "--logit-bias-vector", "--logit-bias-alpha"};
+    int k = -1;
+    for (int j = 0; j < (int)(sizeof known / sizeof known[0]); j++)
+        if (!strcmp(a, known[j])) k = j;
+    if (k < 0) return cli_unknown(a);
+    const char *v = cli_value(argc, argv, i);
+    if (!v) return 2;
+    if (k >= 7 && k <= 9 && !o->n_sf) {
+        fprintf(stderr, "%s: %s must follow a --steer-vector\n", cli_prog, a);
+        return 2;
+    }
+    steer_flag *last = o->n_sf ? &o->sf[o->n_sf - 1] : NULL;
+    int bad = 0;
+    switch (k) {
+    case 0: o->model_dir = v; break;
+    case 1: o->prompt = v; break;
+    case 2: o->prompt_ids = v; break;
+    case 3: o->prompt_cache = v; break;
+    case 4: o->format = v; break;
+    case 5: bad = cli_i32(a, v, 0, 1 << 30, &o->max_tokens); break;
+    case 6:
+        if (o->n_sf == MAX_STEER) {
+            fprintf(stderr, "%s: at most %d --steer-vector hooks\n", cli_prog, MAX_STEER);
+            return 2;
+        }
+        o->sf[o->n_sf++] = (steer_flag){v, -1, 0, 1.0};
+        break;
+    case 7: bad = cli_i32(a, v, 0, INT32_MAX, &last->layer); break;
+    case 8: bad = cli_f64(a, v, -1e30, 1e30, &last->alpha); break;
+    case 9: bad = cli_i32(a, v, 0, INT32_MAX, &last->ramp); break;
+    case 10: o->lb_spec = v; break;
+    case 11: bad = cli_f64(a, v, -1e30, 1e30, &o->lb_alpha); break;
+    }
+    return bad ? 2 : 0;
+}
+
+/* Returns -1 to go on, else the exit code (0 after --help, 2 on a usage error). */
+static int parse_args(int argc, char **argv, gopts *o) {
     gp_gen_config scratch = gp_gen_config_default(); /* sampling flags are checked here, applied after loading */
+    *o = (gopts){.format = "text", .lb_alpha = 1.0, .max_tokens = 64, .cp = gp_ctx_default_params()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help(stdout);
-            return 0;
-        }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return help(stdout), 0;
         if (!strcmp(a, "--ignore-eos")) {
-            ignore_eos = 1;
+            o->ignore_eos = 1;
             continue;
         }
         int gf = cli_gen_flag(argc, argv, &i, &scratch);
-        if (gf == 0) gf = cli_ctx_flag(argc, argv, &i, &cp);
-        if (gf < 0) {
-            cli_gen_flags_free();
-            return 2;
-        }
+        if (gf == 0) gf = cli_ctx_flag(argc, argv, &i, &o->cp);
+        if (gf < 0) return 2;
         if (gf > 0) continue;
-        if (!v) {
-            fprintf(stderr, "genparity generate: unknown flag or missing value: %s\n", a);
-            return 2;
-        }
-        int bad = 0;
-        if (!strcmp(a, "--model")) model_dir = v;
-        else if (!strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
-        else if (!strcmp(a, "--prompt-cache")) prompt_cache = v;
-        else if (!strcmp(a, "--format")) format = v;
-        else if (!strcmp(a, "--max-tokens")) bad = parse_int(a, v, 0, &max_tokens);
-        else if (!strcmp(a, "--steer-vector")) {
-            if (n_sf == MAX_STEER) {
-                fprintf(stderr, "genparity generate: at most %d --steer-vector hooks\n", MAX_STEER);
-                return 2;
-            }
-            sf[n_sf++] = (steer_flag){v, -1, 0, 1.0};
-        } else if (!strcmp(a, "--steer-layer") || !strcmp(a, "--steer-alpha") || !strcmp(a, "--steer-ramp")) {
-            if (!n_sf) {
-                fprintf(stderr, "genparity generate: %s must follow a --steer-vector\n", a);
-                return 2;
-            }
-            if (a[8] == 'l') bad = parse_int(a, v, 0, &sf[n_sf - 1].layer);
-            else if (a[8] == 'r') bad = parse_int(a, v, 0, &sf[n_sf - 1].ramp);
-            else bad = parse_num(a, v, &sf[n_sf - 1].alpha);
-        } else if (!strcmp(a, "--logit-bias-vector")) lb_spec = v;
-        else if (!strcmp(a, "--logit-bias-alpha")) bad = parse_num(a, v, &lb_alpha);
-        else {
-            fprintf(stderr, "genparity generate: unknown flag %s (see --help)\n", a);
-            return 2;
-        }
-        if (bad) return 2;
-        i++;
+        int rc = parse_valued(o, argc, argv, &i);
+        if (rc) return rc;
     }
-    for (int k = 0; k < n_sf; k++)
-        if (sf[k].layer < 0) {
-            fprintf(stderr, "genparity generate: --steer-vector %s needs a --steer-layer\n", sf[k].spec);
-            return 2;
-        }
-    int json = !strcmp(format, "json");
-    if (!json && strcmp(format, "text")) {
-        fprintf(stderr, "genparity generate: --format must be text or json\n");
+    for (int k = 0; k < o->n_sf; k++)
+        if (o->sf[k].layer < 0) return cli_missing("--steer-layer", "each --steer-vector needs one");
+    if (strcmp(o->format, "json") && strcmp(o->format, "text")) {
+        fprintf(stderr, "%s: --format must be text or json, got '%s'\n", cli_prog, o->format);
         return 2;
     }
-    if (!prompt == !prompt_ids) {
-        fprintf(stderr, "genparity generate: give exactly one of --prompt or --prompt-ids\n");
+    if (!o->prompt && !o->prompt_ids) return cli_missing("--prompt", "or --prompt-ids");
+    if (o->prompt && o->prompt_ids) {
+        fprintf(stderr, "%s: give only one of --prompt or --prompt-ids\n", cli_prog);
         return 2;
     }
-    if (!model_dir) model_dir = cli_default_model();
+    if (!o->model_dir) o->model_dir = cli_default_model();
+    return -1;
+}
 
-    int32_t *ids = NULL, n_ids = 0;
-    if (prompt_ids && (cli_parse_ids(prompt_ids, &ids, &n_ids) || n_ids == 0)) {
-        fprintf(stderr, "genparity generate: --prompt-ids expects comma-separated ids, got '%s'\n", prompt_ids);
-        gp_free(ids);
+/* The prompt's ids: --prompt-ids as given, else --prompt encoded.  Returns -1 to go on, else the exit code. */
+static int prompt_tokens(const gopts *o, const gp_tokenizer *tok, int32_t **ids, int32_t *n_ids) {
+    if (o->prompt_ids) return -1; /* parsed before loading */
+    if (!tok) {
+        fprintf(stderr, "%s: %s has no tokenizer.json; use --prompt-ids\n", cli_prog, o->model_dir);
+        return 1;
+    }
+    if (gp_tokenizer_encode(tok, o->prompt, strlen(o->prompt), 1, ids, n_ids) != GP_OK)
+        return cli_fail("encoding the prompt");
+    if (*n_ids == 0) {
+        fprintf(stderr, "%s: the prompt encodes to no tokens\n", cli_prog);
         return 2;
     }
+    return -1;
+}
+
+/* Starts c from --prompt-cache, which the prompt must extend.  Returns -1 to go on, else the exit code. */
+static int load_prompt_cache(const gopts *o, gp_ctx *c, const int32_t *ids, int32_t n_ids) {
+    if (!o->prompt_cache) return -1;
+    if (gp_ctx_cache_load(c, o->prompt_cache) != GP_OK) return cli_fail("loading --prompt-cache");
+    int32_t nc;
+    const int32_t *cached = gp_ctx_tokens(c, &nc);
+    if (nc > n_ids || memcmp(cached, ids, (size_t)nc * sizeof *ids)) {
+        fprintf(stderr, "%s: the prompt (%d tokens) does not extend the %d tokens cached in %s\n", cli_prog, n_ids,
+                nc, o->prompt_cache);
+        return 1;
+    }
+    return -1;
+}
+
+/* The one JSON object of --format json. */
+static void print_json(const gp_gen_result *r, const int32_t *ids, int32_t n_ids, const gp_ctx *c,
+                       int32_t cached_before) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("{\"prompt_ids\":");
+    print_ids(ids, n_ids);
+    printf(",\"tokens\":");
+    print_ids(r->tokens, r->n_tokens);
+    printf(",\"text\":");
+    cli_json_string(stdout, r->text ? r->text : "", r->text ? r->text_len : 0);
+    if (r->logprobs) {
+        printf(",\"logprobs\":[");
+        for (int32_t k = 0; k < r->n_tokens; k++) {
+            printf("%s{\"id\":%d,\"logprob\":%.9g", k ? "," : "", r->tokens[k], (double)r->logprobs[k]);
+            if (r->top_logprobs) {
+                printf(",\"top\":[");
+                for (int32_t t = 0; t < r->n_top; t++) {
+                    const gp_top_logprob *e = &r->top_logprobs[(size_t)k * (size_t)r->n_top + (size_t)t];
+                    printf("%s{\"id\":%d,\"logprob\":%.9g}", t ? "," : "", e->id, (double)e->logprob);
+                }
+                putchar(']');
+            }
+            putchar('}');
+        }
+        putchar(']');
+    }
+    int gen_steps = r->n_tokens > 0 ? r->n_tokens - 1 : 0; /* the first token comes from the prefill */
+    printf(",\"finish_reason\":\"%s\",\"prompt_tokens_per_s\":%.3f,\"generation_tokens_per_s\":%.3f,"
+           "\"peak_memory_bytes\":%lld,\"kv_cache_bytes\":%llu,\"prompt_cache_tokens\":%d}\n",
+           gp_finish_reason_str(r->finish_reason), r->prompt_seconds > 0 ? r->n_prompt / r->prompt_seconds : 0.0,
+           r->gen_seconds > 0 ? gen_steps / r->gen_seconds : 0.0, (long long)ru.ru_maxrss * 1024LL,
+           (unsigned long long)gp_ctx_kv_bytes(c), cached_before);
+}
+
+/* Loads the model, builds the context, generates and prints.  Returns the exit code. */
+static int run(const gopts *o, int argc, char **argv, int32_t *ids, int32_t n_ids) {
     gp_model *m = NULL;
-    if (gp_model_load(model_dir, NULL, &m) != GP_OK) {
+    gp_ctx *c = NULL;
+    gp_gen_result r = {0};
+    if (gp_model_load(o->model_dir, NULL, &m) != GP_OK) {
         gp_free(ids);
         return cli_fail("loading the model");
     }
-    int rc = 1;
-    gp_ctx *c = NULL;
-    gp_gen_result r = {0};
     const gp_tokenizer *tok = gp_model_tokenizer(m);
-    if (!prompt_ids) {
-        if (!tok) {
-            fprintf(stderr, "genparity generate: %s has no tokenizer.json; use --prompt-ids\n", model_dir);
-            goto done;
-        }
-        if (gp_tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n_ids) != GP_OK) {
-            cli_fail("encoding the prompt");
-            goto done;
-        }
-        if (n_ids == 0) {
-            fprintf(stderr, "genparity generate: the prompt encodes to no tokens\n");
-            rc = 2;
-            goto done;
-        }
+    int rc = prompt_tokens(o, tok, &ids, &n_ids);
+    if (rc < 0 && gp_ctx_init(m, &o->cp, &c) != GP_OK) rc = cli_fail("creating the context");
+    if (rc < 0 && apply_steering(c, m, o->sf, o->n_sf, o->lb_spec, o->lb_alpha)) rc = 1;
+    if (rc < 0) rc = load_prompt_cache(o, c, ids, n_ids);
+    if (rc < 0) {
+        gp_gen_config g = gp_model_gen_config(m);
+        g.max_new_tokens = o->max_tokens;
+        g.ignore_eos = o->ignore_eos;
+        for (int i = 1; i < argc; i++) /* the sampling flags, over the model's generation config */
+            if (cli_gen_flag(argc, argv, &i, &g) == 0 && strcmp(argv[i], "--ignore-eos") && strcmp(argv[i], "--help"))
+                i++;
+        int32_t cached_before = gp_ctx_n_past(c);
+        int json = !strcmp(o->format, "json");
+        stream_state st = {tok != NULL, !json};
+        if (gp_generate(c, ids, n_ids, &g, on_token, &st, &r) != GP_OK) rc = cli_fail("generating");
+        else if (json) print_json(&r, ids, n_ids, c, cached_before), rc = 0;
+        else putchar('\n'), rc = 0;
     }
-    if (gp_ctx_init(m, &cp, &c) != GP_OK) {
-        cli_fail("creating the context");
-        goto done;
-    }
-    if (apply_steering(c, m, sf, n_sf, lb_spec, lb_alpha)) goto done;
-    if (prompt_cache) {
-        if (gp_ctx_cache_load(c, prompt_cache) != GP_OK) {
-            cli_fail("loading --prompt-cache");
-            goto done;
-        }
-        int32_t nc;
-        const int32_t *cached = gp_ctx_tokens(c, &nc);
-        if (nc > n_ids || memcmp(cached, ids, (size_t)nc * sizeof *ids)) {
-            fprintf(stderr, "genparity generate: the prompt (%d tokens) does not extend the %d tokens cached in %s\n",
-                    n_ids, nc, prompt_cache);
-            goto done;
-        }
-    }
-    gp_gen_config g = gp_model_gen_config(m);
-    g.max_new_tokens = max_tokens;
-    g.ignore_eos = ignore_eos;
-    for (int i = 1; i < argc; i++) /* the sampling flags, over the model's generation config */
-        if (cli_gen_flag(argc, argv, &i, &g) == 0 && strcmp(argv[i], "--ignore-eos") && strcmp(argv[i], "--help"))
-            i++;
-
-    int32_t cached_before = gp_ctx_n_past(c);
-    stream_state st = {tok != NULL, !json};
-    gp_status s = gp_generate(c, ids, n_ids, &g, on_token, &st, &r);
-    if (s != GP_OK) {
-        cli_fail("generating");
-        goto done;
-    }
-    rc = 0;
-    if (json) {
-        const char *text = r.text;
-        size_t tlen = r.text_len;
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        printf("{\"prompt_ids\":");
-        print_ids(ids, n_ids);
-        printf(",\"tokens\":");
-        print_ids(r.tokens, r.n_tokens);
-        printf(",\"text\":");
-        cli_json_string(stdout, text ? text : "", text ? tlen : 0);
-        if (r.logprobs) {
-            printf(",\"logprobs\":[");
-            for (int32_t k = 0; k < r.n_tokens; k++) {
-                printf("%s{\"id\":%d,\"logprob\":%.9g", k ? "," : "", r.tokens[k], (double)r.logprobs[k]);
-                if (r.top_logprobs) {
-                    printf(",\"top\":[");
-                    for (int32_t t = 0; t < r.n_top; t++) {
-                        const gp_top_logprob *e = &r.top_logprobs[(size_t)k * (size_t)r.n_top + (size_t)t];
-                        printf("%s{\"id\":%d,\"logprob\":%.9g}", t ? "," : "", e->id, (double)e->logprob);
-                    }
-                    putchar(']');
-                }
-                putchar('}');
-            }
-            putchar(']');
-        }
-        int gen_steps = r.n_tokens > 0 ? r.n_tokens - 1 : 0; /* the first token comes from the prefill */
-        printf(",\"finish_reason\":\"%s\",\"prompt_tokens_per_s\":%.3f,\"generation_tokens_per_s\":%.3f,"
-               "\"peak_memory_bytes\":%lld,\"kv_cache_bytes\":%llu,\"prompt_cache_tokens\":%d}\n",
-               gp_finish_reason_str(r.finish_reason), r.prompt_seconds > 0 ? r.n_prompt / r.prompt_seconds : 0.0,
-               r.gen_seconds > 0 ? gen_steps / r.gen_seconds : 0.0, (long long)ru.ru_maxrss * 1024LL,
-               (unsigned long long)gp_ctx_kv_bytes(c), cached_before);
-    } else {
-        putchar('\n');
-    }
-done:
-    cli_gen_flags_free();
     gp_gen_result_free(&r);
     gp_ctx_free(c);
     gp_free(ids);
     gp_model_free(m);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gopts o;
+    int rc = parse_args(argc, argv, &o);
+    int32_t *ids = NULL, n_ids = 0;
+    if (rc < 0 && o.prompt_ids && (cli_parse_ids(o.prompt_ids, &ids, &n_ids) || n_ids == 0)) {
+        fprintf(stderr, "%s: --prompt-ids expects comma-separated ids, got '%s'\n", cli_prog, o.prompt_ids);
+        gp_free(ids);
+        rc = 2;
+    }
+    if (rc < 0) rc = run(&o, argc, argv, ids, n_ids);
+    cli_gen_flags_free();
     return rc;
 }

@@ -174,87 +174,10 @@ static void write_config(FILE *f, const shape *s, const char *dtype_name) {
     fprintf(f, "  %s\n}\n", s->extra);
 }
 
-int cmd_make_model(int argc, char **argv) {
-    const char *shape_name = NULL, *dtype = "bf16", *out = NULL;
-    unsigned long long seed = 1;
-    int layers = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "genparity make-model: unknown flag or missing value: %s\n", a);
-            return 2;
-        }
-        if (!strcmp(a, "--shape")) shape_name = v;
-        else if (!strcmp(a, "--dtype")) dtype = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--layers")) {
-            char *end;
-            long x = strtol(v, &end, 10);
-            if (!*v || *end || x < 1 || x > 1024) {
-                fprintf(stderr, "genparity make-model: --layers expects an integer in [1, 1024], got '%s'\n", v);
-                return 2;
-            }
-            layers = (int)x;
-        } else if (!strcmp(a, "--seed")) {
-            char *end;
-            seed = strtoull(v, &end, 10);
-            if (!*v || *end) {
-                fprintf(stderr, "genparity make-model: --seed expects an integer, got '%s'\n", v);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "genparity make-model: unknown flag %s (see --help)\n", a);
-            return 2;
-        }
-        i++;
-    }
-    const shape *s = NULL;
-    shape custom;
-    for (size_t i = 0; shape_name && i < sizeof SHAPES / sizeof SHAPES[0]; i++)
-        if (!strcmp(SHAPES[i].name, shape_name)) s = &SHAPES[i];
-    if (s && layers) { /* fewer layers, same widths (tests) */
-        custom = *s;
-        custom.layers = layers;
-        s = &custom;
-    }
-    if (!s || !out) {
-        fprintf(stderr, "genparity make-model: give --shape (stories110m|qwen3-0.6b|llama3.2-1b|gemma3-1b) and -o DIR\n");
-        return 2;
-    }
-    gp_dtype dt;
-    const char *torch_dtype;
-    if (!strcmp(dtype, "f32")) dt = GP_DTYPE_F32, torch_dtype = "float32";
-    else if (!strcmp(dtype, "bf16")) dt = GP_DTYPE_BF16, torch_dtype = "bfloat16";
-    else if (!strcmp(dtype, "f16")) dt = GP_DTYPE_F16, torch_dtype = "float16";
-    else {
-        fprintf(stderr, "genparity make-model: --dtype must be f32, bf16 or f16\n");
-        return 2;
-    }
-    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "genparity make-model: cannot create %s: %s\n", out, strerror(errno));
-        return 1;
-    }
+/* Writes DIR/model.safetensors: every tensor of shape s, random values from seed (streamed, never all in memory).
+ * Returns 0, or 1 after printing. */
+static int write_weights(const shape *s, const char *out, gp_dtype dt, uint64_t seed) {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/config.json", out);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "genparity make-model: cannot write %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    write_config(f, s, torch_dtype);
-    if (fclose(f) != 0) return 1;
-    snprintf(path, sizeof path, "%s/generation_config.json", out);
-    if (!(f = fopen(path, "w"))) {
-        fprintf(stderr, "genparity make-model: cannot write %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    fprintf(f, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"do_sample\": false\n}\n", s->bos, s->eos);
-    if (fclose(f) != 0) return 1;
-
     /* tensors, in the order transformers' save_pretrained would list them (sorted by name on load anyway) */
     gen g = {0};
     g.seed = seed;
@@ -302,6 +225,84 @@ int cmd_make_model(int argc, char **argv) {
     free(g.names);
     free(g.t);
     free(g.kind);
+    return ret;
+
+}
+
+int cmd_make_model(int argc, char **argv) {
+    const char *shape_name = NULL, *dtype = "bf16", *out = NULL;
+    uint64_t seed = 1;
+    int32_t layers = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            help(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "genparity make-model: unknown flag or missing value: %s\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--shape")) shape_name = v;
+        else if (!strcmp(a, "--dtype")) dtype = v;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
+        else if (!strcmp(a, "--layers")) {
+            if (cli_i32(a, v, 1, 1024, &layers)) return 2;
+        } else if (!strcmp(a, "--seed")) {
+            if (cli_u64(a, v, &seed)) return 2;
+        } else {
+            fprintf(stderr, "genparity make-model: unknown flag %s (see --help)\n", a);
+            return 2;
+        }
+        i++;
+    }
+    const shape *s = NULL;
+    shape custom;
+    for (size_t i = 0; shape_name && i < sizeof SHAPES / sizeof SHAPES[0]; i++)
+        if (!strcmp(SHAPES[i].name, shape_name)) s = &SHAPES[i];
+    if (s && layers) { /* fewer layers, same widths (tests) */
+        custom = *s;
+        custom.layers = layers;
+        s = &custom;
+    }
+    if (!shape_name) return cli_missing("--shape", "stories110m, qwen3-0.6b, llama3.2-1b or gemma3-1b");
+    if (!s) {
+        fprintf(stderr, "%s: --shape must be stories110m, qwen3-0.6b, llama3.2-1b or gemma3-1b, got '%s'\n", cli_prog,
+                shape_name);
+        return 2;
+    }
+    if (!out) return cli_missing("-o", "the model folder to write");
+    gp_dtype dt;
+    const char *torch_dtype;
+    if (!strcmp(dtype, "f32")) dt = GP_DTYPE_F32, torch_dtype = "float32";
+    else if (!strcmp(dtype, "bf16")) dt = GP_DTYPE_BF16, torch_dtype = "bfloat16";
+    else if (!strcmp(dtype, "f16")) dt = GP_DTYPE_F16, torch_dtype = "float16";
+    else {
+        fprintf(stderr, "genparity make-model: --dtype must be f32, bf16 or f16\n");
+        return 2;
+    }
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "genparity make-model: cannot create %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", out);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "genparity make-model: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    write_config(f, s, torch_dtype);
+    if (fclose(f) != 0) return 1;
+    snprintf(path, sizeof path, "%s/generation_config.json", out);
+    if (!(f = fopen(path, "w"))) {
+        fprintf(stderr, "genparity make-model: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"do_sample\": false\n}\n", s->bos, s->eos);
+    if (fclose(f) != 0) return 1;
+
+    int ret = write_weights(s, out, dt, seed);
     if (ret) return ret;
 
     const char *fx = fixtures_root();

@@ -58,7 +58,8 @@ static int accumulate(gp_ctx *c, const gp_model *m, char **prompts, int n, int l
 
 int cmd_steer_vector(int argc, char **argv) {
     const char *model_dir = NULL, *pos_path = NULL, *neg_path = NULL, *out = NULL, *position = "mean";
-    int layer = -1, normalize = 0;
+    int32_t layer = -1;
+    int normalize = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -70,7 +71,7 @@ int cmd_steer_vector(int argc, char **argv) {
             continue;
         }
         if (!v) {
-            fprintf(stderr, "genparity steer-vector: unknown flag or missing value: %s\n", a);
+            fprintf(stderr, "%s: unknown flag or missing value: %s\n", cli_prog, a);
             return 2;
         }
         if (!strcmp(a, "--model")) model_dir = v;
@@ -79,20 +80,19 @@ int cmd_steer_vector(int argc, char **argv) {
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "--position")) position = v;
         else if (!strcmp(a, "--layer")) {
-            char *end;
-            layer = (int)strtol(v, &end, 10);
-            if (*end || layer < 0) {
-                fprintf(stderr, "genparity steer-vector: --layer expects an integer >= 0\n");
-                return 2;
-            }
+            if (cli_i32(a, v, 0, INT32_MAX, &layer)) return 2;
         } else {
             fprintf(stderr, "genparity steer-vector: unknown flag %s\n", a);
             return 2;
         }
         i++;
     }
-    if (!pos_path || !neg_path || !out || layer < 0 || (strcmp(position, "mean") && strcmp(position, "last"))) {
-        help(stderr);
+    if (!pos_path) return cli_missing("--positive", NULL);
+    if (!neg_path) return cli_missing("--negative", NULL);
+    if (!out) return cli_missing("-o", "the output file");
+    if (layer < 0) return cli_missing("--layer", NULL);
+    if (strcmp(position, "mean") && strcmp(position, "last")) {
+        fprintf(stderr, "%s: --position must be mean or last, got '%s'\n", cli_prog, position);
         return 2;
     }
     if (!model_dir) model_dir = cli_default_model();

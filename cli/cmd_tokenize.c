@@ -51,15 +51,15 @@ int cmd_tokenize(int argc, char **argv) {
             usage_tokenize(stdout);
             return 0;
         } else {
-            fprintf(stderr, "genparity tokenize: unknown or incomplete option '%s'\n", a);
+            fprintf(stderr, "genparity tokenize: unknown flag or missing value '%s'\n", a);
             usage_tokenize(stderr);
             return 2;
         }
     }
-    if (!!model + !!file != 1 || !!text + jsonl != 1) {
-        usage_tokenize(stderr);
-        return 2;
-    }
+    if (!model && !file) return cli_missing("--model", "or --tokenizer");
+    if (!text && !jsonl) return cli_missing("--text", "or --jsonl");
+    if (model && file) return fprintf(stderr, "%s: give only one of --model or --tokenizer\n", cli_prog), 2;
+    if (text && jsonl) return fprintf(stderr, "%s: give only one of --text or --jsonl\n", cli_prog), 2;
     gp_tokenizer *t;
     if (load(model, file, &t)) return 1;
     int rc = 0;
@@ -102,15 +102,14 @@ int cmd_detokenize(int argc, char **argv) {
             usage_detokenize(stdout);
             return 0;
         } else {
-            fprintf(stderr, "genparity detokenize: unknown or incomplete option '%s'\n", a);
+            fprintf(stderr, "genparity detokenize: unknown flag or missing value '%s'\n", a);
             usage_detokenize(stderr);
             return 2;
         }
     }
-    if (!!model + !!file != 1 || !ids_s) {
-        usage_detokenize(stderr);
-        return 2;
-    }
+    if (!model && !file) return cli_missing("--model", "or --tokenizer");
+    if (!ids_s) return cli_missing("--ids", NULL);
+    if (model && file) return fprintf(stderr, "%s: give only one of --model or --tokenizer\n", cli_prog), 2;
     int32_t *ids, n;
     if (cli_parse_ids(ids_s, &ids, &n) != 0) {
         fprintf(stderr, "genparity detokenize: --ids must be a comma-separated list of non-negative integers\n");

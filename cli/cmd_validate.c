@@ -4,7 +4,6 @@
  * of the next-token distribution after each prompt against a reference logits file. */
 #include "cli.h"
 
-#include <cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,240 +37,274 @@ typedef struct variant {
     char **text;         /* [n_prompts] */
 } variant;
 
-int cmd_validate(int argc, char **argv) {
-    const char *model_dir = NULL, *prompts_path = NULL, *vec_spec = NULL, *alphas_s = "0,2,4", *ref_path = NULL;
-    const char *format = "text";
-    int layer = -1;
-    int32_t max_tokens = 48;
-    double max_suspect = -1, min_div = -1;
-    gp_gen_config scratch = gp_gen_config_default();
+/* Command-line options and what was loaded from them. */
+typedef struct vopts {
+    const char *model_dir, *prompts_path, *vec_spec, *ref_path, *format;
+    int32_t layer, max_tokens;
+    double max_suspect, min_div;
+    double alphas[64];
+    int na;
+} vopts;
+
+/* Everything run_all needs, owned here and released by vstate_free. */
+typedef struct vstate {
+    gp_model *m;
+    gp_ctx *c;
+    const gp_tokenizer *tok;
+    char **prompts;
+    int np;
+    float *vec, *logits;
+    gp_st_set *ref;
+    variant *vs;
+    int na;
+    gp_gen_config g;
+} vstate;
+
+/* alphas: 0 first, then the listed ones (0 not repeated). */
+static int parse_alphas(const char *s, vopts *o) {
+    double list[63];
+    int n = 0;
+    if (cli_f64_list("--alphas", s, list, 63, &n)) return -1;
+    o->na = 0;
+    o->alphas[o->na++] = 0;
+    for (int k = 0; k < n; k++)
+        if (list[k] != 0) o->alphas[o->na++] = list[k];
+    return 0;
+}
+
+/* Returns -1 to go on, else the exit code (0 after --help, 2 on a usage error). */
+static int parse_args(int argc, char **argv, vopts *o) {
+    const char *alphas = "0,2,4";
+    gp_gen_config scratch = gp_gen_config_default(); /* sampling flags are checked here, applied after loading */
+    *o = (vopts){.format = "text", .layer = -1, .max_tokens = 48, .max_suspect = -1, .min_div = -1};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help(stdout);
-            return 0;
-        }
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return help(stdout), 0;
         int gf = cli_gen_flag(argc, argv, &i, &scratch);
         if (gf < 0) return 2;
         if (gf) continue;
-        if (!v) {
-            fprintf(stderr, "genparity validate: unknown flag or missing value: %s\n", a);
-            return 2;
+        static const char *const known[] = {"--model", "--prompts", "--steer-vector", "--alphas", "--reference-logits",
+                                            "--format", "--layer", "--max-tokens", "--max-suspect-rate",
+                                            "--min-divergence"};
+        int k = -1;
+        for (int j = 0; j < (int)(sizeof known / sizeof known[0]); j++)
+            if (!strcmp(a, known[j])) k = j;
+        if (k < 0) return cli_unknown(a);
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        int bad = 0;
+        switch (k) {
+        case 0: o->model_dir = v; break;
+        case 1: o->prompts_path = v; break;
+        case 2: o->vec_spec = v; break;
+        case 3: alphas = v; break;
+        case 4: o->ref_path = v; break;
+        case 5: o->format = v; break;
+        case 6: bad = cli_i32(a, v, 0, INT32_MAX, &o->layer); break;
+        case 7: bad = cli_i32(a, v, 1, 1 << 30, &o->max_tokens); break;
+        case 8: bad = cli_f64(a, v, 0, 1e9, &o->max_suspect); break;
+        case 9: bad = cli_f64(a, v, 0, 1e9, &o->min_div); break;
         }
-        if (!strcmp(a, "--model")) model_dir = v;
-        else if (!strcmp(a, "--prompts")) prompts_path = v;
-        else if (!strcmp(a, "--steer-vector")) vec_spec = v;
-        else if (!strcmp(a, "--alphas")) alphas_s = v;
-        else if (!strcmp(a, "--reference-logits")) ref_path = v;
-        else if (!strcmp(a, "--format")) format = v;
-        else if (!strcmp(a, "--layer")) layer = atoi(v);
-        else if (!strcmp(a, "--max-tokens")) max_tokens = atoi(v);
-        else if (!strcmp(a, "--max-suspect-rate")) max_suspect = atof(v);
-        else if (!strcmp(a, "--min-divergence")) min_div = atof(v);
-        else {
-            fprintf(stderr, "genparity validate: unknown flag %s (see --help)\n", a);
-            return 2;
-        }
-        i++;
+        if (bad) return 2;
     }
-    if (!prompts_path || !vec_spec || layer < 0 || max_tokens <= 0) {
-        help(stderr);
+    if (!o->prompts_path) return cli_missing("--prompts", "a file of prompts, one per line");
+    if (!o->vec_spec) return cli_missing("--steer-vector", NULL);
+    if (o->layer < 0) return cli_missing("--layer", NULL);
+    if (strcmp(o->format, "text") && strcmp(o->format, "json")) {
+        fprintf(stderr, "%s: --format must be text or json, got '%s'\n", cli_prog, o->format);
         return 2;
     }
-    /* alphas: 0 first, then the listed ones (0 not repeated) */
-    double alphas[64];
-    int na = 0;
-    alphas[na++] = 0;
-    for (const char *p = alphas_s; *p && na < 64;) {
-        char *end;
-        double x = strtod(p, &end);
-        if (end == p) {
-            fprintf(stderr, "genparity validate: --alphas expects comma-separated numbers\n");
-            return 2;
-        }
-        if (x != 0) alphas[na++] = x;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') {
-            fprintf(stderr, "genparity validate: --alphas expects comma-separated numbers\n");
-            return 2;
-        }
+    return parse_alphas(alphas, o) ? 2 : -1;
+}
+
+/* Loads the model, vector, prompts, reference and context.  Returns -1 to go on, else the exit code. */
+static int load_all(const vopts *o, int argc, char **argv, vstate *st) {
+    if (gp_model_load(o->model_dir ? o->model_dir : cli_default_model(), NULL, &st->m) != GP_OK)
+        return cli_fail("loading the model");
+    if (!(st->tok = gp_model_tokenizer(st->m))) {
+        fprintf(stderr, "%s: the model has no tokenizer.json\n", cli_prog);
+        return 1;
     }
-    int rc = 1;
-    gp_model *m = NULL;
-    gp_ctx *c = NULL;
-    char **prompts = NULL;
-    int np = 0;
-    float *vec = NULL, *logits = NULL;
+    if (o->layer >= gp_model_n_layers(st->m)) {
+        fprintf(stderr, "%s: --layer %d but the model has %d layers\n", cli_prog, o->layer, gp_model_n_layers(st->m));
+        return 2;
+    }
     int32_t nv = 0;
-    gp_st_set *ref = NULL;
-    variant *vs = calloc((size_t)na, sizeof *vs);
-    if (gp_model_load(model_dir ? model_dir : cli_default_model(), NULL, &m) != GP_OK) {
-        cli_fail("loading the model");
-        goto done;
+    if (gp_steer_vector_load(o->vec_spec, &st->vec, &nv) != GP_OK) return cli_fail("loading the steering vector");
+    if (nv != gp_model_n_embd(st->m)) {
+        fprintf(stderr, "%s: %s has %d values, the model's hidden size is %d\n", cli_prog, o->vec_spec, nv,
+                gp_model_n_embd(st->m));
+        return 1;
     }
-    const gp_tokenizer *tok = gp_model_tokenizer(m);
-    if (!tok) {
-        fprintf(stderr, "genparity validate: the model has no tokenizer.json\n");
-        goto done;
+    if ((st->np = cli_read_lines(o->prompts_path, &st->prompts)) <= 0) {
+        fprintf(stderr, "%s: no prompts in %s\n", cli_prog, o->prompts_path);
+        st->np = 0;
+        return 1;
     }
-    if (layer >= gp_model_n_layers(m)) {
-        fprintf(stderr, "genparity validate: --layer %d but the model has %d layers\n", layer, gp_model_n_layers(m));
-        rc = 2;
-        goto done;
-    }
-    if (gp_steer_vector_load(vec_spec, &vec, &nv) != GP_OK) {
-        cli_fail("loading the steering vector");
-        goto done;
-    }
-    if (nv != gp_model_n_embd(m)) {
-        fprintf(stderr, "genparity validate: %s has %d values, the model's hidden size is %d\n", vec_spec, nv,
-                gp_model_n_embd(m));
-        goto done;
-    }
-    if ((np = cli_read_lines(prompts_path, &prompts)) <= 0) {
-        fprintf(stderr, "genparity validate: no prompts in %s\n", prompts_path);
-        np = 0;
-        goto done;
-    }
-    if (ref_path && gp_st_open_file(ref_path, &ref) != GP_OK) {
-        cli_fail("reading the reference logits");
-        goto done;
-    }
-    if (gp_ctx_init(m, NULL, &c) != GP_OK) {
-        cli_fail("creating the context");
-        goto done;
-    }
-    const int32_t V = gp_model_n_vocab(m);
-    logits = malloc((size_t)V * sizeof(float));
-    gp_gen_config g = gp_model_gen_config(m);
-    g.do_sample = 1;
-    g.max_new_tokens = max_tokens;
+    if (o->ref_path && gp_st_open_file(o->ref_path, &st->ref) != GP_OK) return cli_fail("reading the reference logits");
+    if (gp_ctx_init(st->m, NULL, &st->c) != GP_OK) return cli_fail("creating the context");
+    st->logits = malloc((size_t)gp_model_n_vocab(st->m) * sizeof(float));
+    st->vs = calloc((size_t)o->na, sizeof *st->vs);
+    if (!st->logits || !st->vs) return fprintf(stderr, "%s: out of memory\n", cli_prog), 1;
+    st->na = o->na;
+    st->g = gp_model_gen_config(st->m);
+    st->g.do_sample = 1;
+    st->g.max_new_tokens = o->max_tokens;
     for (int i = 1; i < argc; i++) /* sampling flags over the model's config (--temp 0 turns sampling off) */
-        if (cli_gen_flag(argc, argv, &i, &g) == 0 && strcmp(argv[i], "--help")) i++;
-    for (int k = 0; k < na; k++) {
-        variant *vr = &vs[k];
-        vr->alpha = alphas[k];
-        vr->deterministic = 1;
-        vr->tokens = calloc((size_t)np, sizeof *vr->tokens);
-        vr->n_tokens = calloc((size_t)np, sizeof *vr->n_tokens);
-        vr->text = calloc((size_t)np, sizeof *vr->text);
-        gp_ctx_steer_clear(c);
-        gp_steer_hook h = {.layer = layer, .vector = vec, .alpha = (float)alphas[k]};
-        if (alphas[k] != 0 && gp_ctx_steer_add(c, &h) != GP_OK) {
-            cli_fail("adding the steering hook");
-            goto done;
-        }
-        for (int p = 0; p < np; p++) {
-            int32_t *ids, n;
-            if (gp_tokenizer_encode(tok, prompts[p], strlen(prompts[p]), 1, &ids, &n) != GP_OK || n == 0) {
-                cli_fail("encoding a prompt");
-                gp_free(ids);
-                goto done;
-            }
-            gp_gen_result r[2];
-            for (int run = 0; run < 2; run++)
-                if (gp_generate(c, ids, n, &g, NULL, NULL, &r[run]) != GP_OK) {
-                    cli_fail("generating");
-                    if (run) gp_gen_result_free(&r[0]);
-                    gp_free(ids);
-                    goto done;
-                }
-            if (r[0].n_tokens != r[1].n_tokens || memcmp(r[0].tokens, r[1].tokens, (size_t)r[0].n_tokens * 4))
-                vr->deterministic = 0;
-            vr->tokens[p] = malloc(((size_t)r[0].n_tokens + 1) * sizeof(int32_t));
-            memcpy(vr->tokens[p], r[0].tokens, (size_t)r[0].n_tokens * sizeof(int32_t));
-            vr->n_tokens[p] = r[0].n_tokens;
-            vr->text[p] = strdup(r[0].text ? r[0].text : "");
-            if (k > 0 && (vr->n_tokens[p] != vs[0].n_tokens[p] ||
-                          memcmp(vr->tokens[p], vs[0].tokens[p], (size_t)vr->n_tokens[p] * 4)))
-                vr->diverged++;
-            char *save = NULL, *copy = strdup(vr->text[p]);
-            for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-                size_t len = strlen(line);
-                int blank = 1;
-                for (size_t j = 0; j < len && blank; j++) blank = line[j] == ' ' || line[j] == '\t' || line[j] == '\r';
-                if (blank) continue;
-                vr->lines++;
-                uint32_t fl = gp_text_suspect(line, len);
-                if (fl) vr->suspect++;
-                for (int b = 0; b < 5; b++) vr->flag_counts[b] += (fl >> b) & 1;
-            }
-            free(copy);
-            if (ref) {
-                char key[64];
-                snprintf(key, sizeof key, "prompt%d.last_logits", p);
-                const gp_tensor_view *t = gp_st_find(ref, key);
-                if (t && t->dtype == GP_DTYPE_F32 && t->n_elems == (uint64_t)V) {
-                    gp_ctx_reset(c);
-                    if (gp_ctx_eval(c, ids, n, NULL, logits) == GP_OK) {
-                        vr->kl_sum += gp_logits_kl(t->data, logits, V);
-                        vr->kl_n++;
-                    }
-                }
-            }
-            gp_gen_result_free(&r[0]);
-            gp_gen_result_free(&r[1]);
+        if (cli_gen_flag(argc, argv, &i, &st->g) == 0 && strcmp(argv[i], "--help")) i++;
+    return -1;
+}
+
+/* Counts the non-blank lines of text and the suspect ones, per heuristic. */
+static void count_suspect(variant *vr, const char *text) {
+    char *save = NULL, *copy = strdup(text);
+    for (char *line = copy ? strtok_r(copy, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+        size_t len = strlen(line);
+        int blank = 1;
+        for (size_t j = 0; j < len && blank; j++) blank = line[j] == ' ' || line[j] == '\t' || line[j] == '\r';
+        if (blank) continue;
+        vr->lines++;
+        uint32_t fl = gp_text_suspect(line, len);
+        if (fl) vr->suspect++;
+        for (int b = 0; b < 5; b++) vr->flag_counts[b] += (fl >> b) & 1;
+    }
+    free(copy);
+}
+
+/* KL(reference || this variant) of the next-token distribution after prompt p. */
+static void add_kl(vstate *st, variant *vr, int p, const int32_t *ids, int32_t n) {
+    char key[64];
+    const int32_t V = gp_model_n_vocab(st->m);
+    snprintf(key, sizeof key, "prompt%d.last_logits", p);
+    const gp_tensor_view *t = gp_st_find(st->ref, key);
+    if (!t || t->dtype != GP_DTYPE_F32 || t->n_elems != (uint64_t)V) return;
+    gp_ctx_reset(st->c);
+    if (gp_ctx_eval(st->c, ids, n, NULL, st->logits) == GP_OK) {
+        vr->kl_sum += gp_logits_kl(t->data, st->logits, V);
+        vr->kl_n++;
+    }
+}
+
+/* Runs prompt p twice for variant k (determinism), records tokens and text, divergence, suspect lines, KL. */
+static int run_prompt(vstate *st, int k, int p) {
+    variant *vr = &st->vs[k];
+    int32_t *ids = NULL, n;
+    if (gp_tokenizer_encode(st->tok, st->prompts[p], strlen(st->prompts[p]), 1, &ids, &n) != GP_OK || n == 0) {
+        gp_free(ids);
+        return cli_fail("encoding a prompt");
+    }
+    gp_gen_result r[2];
+    for (int run = 0; run < 2; run++)
+        if (gp_generate(st->c, ids, n, &st->g, NULL, NULL, &r[run]) != GP_OK) {
+            if (run) gp_gen_result_free(&r[0]);
             gp_free(ids);
+            return cli_fail("generating");
+        }
+    if (r[0].n_tokens != r[1].n_tokens || memcmp(r[0].tokens, r[1].tokens, (size_t)r[0].n_tokens * 4))
+        vr->deterministic = 0;
+    vr->tokens[p] = malloc(((size_t)r[0].n_tokens + 1) * sizeof(int32_t));
+    if (vr->tokens[p]) memcpy(vr->tokens[p], r[0].tokens, (size_t)r[0].n_tokens * sizeof(int32_t));
+    vr->n_tokens[p] = r[0].n_tokens;
+    vr->text[p] = strdup(r[0].text ? r[0].text : "");
+    if (k > 0 && (vr->n_tokens[p] != st->vs[0].n_tokens[p] ||
+                  memcmp(vr->tokens[p], st->vs[0].tokens[p], (size_t)vr->n_tokens[p] * 4)))
+        vr->diverged++;
+    if (vr->text[p]) count_suspect(vr, vr->text[p]);
+    if (st->ref) add_kl(st, vr, p, ids, n);
+    gp_gen_result_free(&r[0]);
+    gp_gen_result_free(&r[1]);
+    gp_free(ids);
+    return vr->tokens[p] && vr->text[p] ? 0 : (fprintf(stderr, "%s: out of memory\n", cli_prog), 1);
+}
+
+/* Every variant (alpha) over every prompt.  Returns 0 or the exit code. */
+static int run_all(const vopts *o, vstate *st) {
+    for (int k = 0; k < o->na; k++) {
+        variant *vr = &st->vs[k];
+        vr->alpha = o->alphas[k];
+        vr->deterministic = 1;
+        vr->tokens = calloc((size_t)st->np, sizeof *vr->tokens);
+        vr->n_tokens = calloc((size_t)st->np, sizeof *vr->n_tokens);
+        vr->text = calloc((size_t)st->np, sizeof *vr->text);
+        if (!vr->tokens || !vr->n_tokens || !vr->text) return fprintf(stderr, "%s: out of memory\n", cli_prog), 1;
+        gp_ctx_steer_clear(st->c);
+        gp_steer_hook h = {.layer = o->layer, .vector = st->vec, .alpha = (float)o->alphas[k]};
+        if (o->alphas[k] != 0 && gp_ctx_steer_add(st->c, &h) != GP_OK) return cli_fail("adding the steering hook");
+        for (int p = 0; p < st->np; p++) {
+            int rc = run_prompt(st, k, p);
+            if (rc) return rc;
         }
     }
-    /* report */
-    int json = !strcmp(format, "json"), fail = 0;
+    return 0;
+}
+
+/* Prints the table (or JSON) and returns 1 when a threshold was not met or a variant was not deterministic. */
+static int report(const vopts *o, const vstate *st) {
+    int json = !strcmp(o->format, "json"), fail = 0, np = st->np;
     static const char *flag_names[] = {"digit_run", "latex", "braces", "nonprint", "repetition"};
-    if (json) printf("{\"prompts\":%d,\"layer\":%d,\"seed\":%llu,\"variants\":[", np, layer, (unsigned long long)g.seed);
+    unsigned long long seed = (unsigned long long)st->g.seed;
+    if (json) printf("{\"prompts\":%d,\"layer\":%d,\"seed\":%llu,\"variants\":[", np, o->layer, seed);
     else {
-        printf("steering validation: %d prompts, layer %d, seed %llu, %d new tokens, %s\n", np, layer,
-               (unsigned long long)g.seed, max_tokens, g.do_sample ? "sampling" : "greedy");
+        printf("steering validation: %d prompts, layer %d, seed %llu, %d new tokens, %s\n", np, o->layer, seed,
+               o->max_tokens, st->g.do_sample ? "sampling" : "greedy");
         printf("| alpha | deterministic | divergence %% | suspect lines %% | lines | KL(ref||variant) |\n"
                "|---|---|---|---|---|---|\n");
     }
-    for (int k = 0; k < na; k++) {
-        const variant *vr = &vs[k];
+    for (int k = 0; k < o->na; k++) {
+        const variant *vr = &st->vs[k];
         double div = 100.0 * vr->diverged / np, sus = vr->lines ? 100.0 * vr->suspect / vr->lines : 0;
-        if (k > 0 && max_suspect >= 0 && sus > max_suspect) fail = 1;
-        if (k > 0 && min_div >= 0 && div < min_div) fail = 1;
+        if (k > 0 && o->max_suspect >= 0 && sus > o->max_suspect) fail = 1;
+        if (k > 0 && o->min_div >= 0 && div < o->min_div) fail = 1;
         if (!vr->deterministic) fail = 1;
-        if (json) {
-            printf("%s{\"alpha\":%g,\"deterministic\":%s,\"divergence_pct\":%.2f,\"suspect_line_pct\":%.2f,\"lines\":%d,"
-                   "\"suspect_by_heuristic\":{",
-                   k ? "," : "", vr->alpha, vr->deterministic ? "true" : "false", div, sus, vr->lines);
-            for (int b = 0; b < 5; b++) printf("%s\"%s\":%d", b ? "," : "", flag_names[b], vr->flag_counts[b]);
-            printf("}");
-            if (vr->kl_n) printf(",\"kl_mean\":%.6g", vr->kl_sum / vr->kl_n);
-            printf(",\"samples\":[");
-            for (int p = 0; p < np; p++) {
-                printf("%s", p ? "," : "");
-                cli_json_string(stdout, vr->text[p], strlen(vr->text[p]));
-            }
-            printf("]}");
-        } else {
+        if (!json) {
             char kl[32] = "-";
             if (vr->kl_n) snprintf(kl, sizeof kl, "%.4g", vr->kl_sum / vr->kl_n);
             printf("| %g | %s | %.1f | %.1f | %d | %s |\n", vr->alpha, vr->deterministic ? "yes" : "NO", div, sus,
                    vr->lines, kl);
+            continue;
         }
+        printf("%s{\"alpha\":%g,\"deterministic\":%s,\"divergence_pct\":%.2f,\"suspect_line_pct\":%.2f,\"lines\":%d,"
+               "\"suspect_by_heuristic\":{",
+               k ? "," : "", vr->alpha, vr->deterministic ? "true" : "false", div, sus, vr->lines);
+        for (int b = 0; b < 5; b++) printf("%s\"%s\":%d", b ? "," : "", flag_names[b], vr->flag_counts[b]);
+        printf("}");
+        if (vr->kl_n) printf(",\"kl_mean\":%.6g", vr->kl_sum / vr->kl_n);
+        printf(",\"samples\":[");
+        for (int p = 0; p < np; p++) {
+            printf("%s", p ? "," : "");
+            cli_json_string(stdout, vr->text[p], strlen(vr->text[p]));
+        }
+        printf("]}");
     }
     if (json) printf("],\"pass\":%s}\n", fail ? "false" : "true");
     else if (fail) printf("FAIL: a threshold was not met (or a variant was not deterministic)\n");
-    rc = fail ? 1 : 0;
-done:
-    if (vs)
-        for (int k = 0; k < na; k++) {
-            for (int p = 0; p < np; p++) {
-                if (vs[k].tokens) free(vs[k].tokens[p]);
-                if (vs[k].text) free(vs[k].text[p]);
-            }
-            free(vs[k].tokens);
-            free(vs[k].n_tokens);
-            free(vs[k].text);
+    return fail ? 1 : 0;
+}
+
+static void vstate_free(vstate *st) {
+    for (int k = 0; st->vs && k < st->na; k++) {
+        for (int p = 0; p < st->np; p++) {
+            if (st->vs[k].tokens) free(st->vs[k].tokens[p]);
+            if (st->vs[k].text) free(st->vs[k].text[p]);
         }
-    free(vs);
-    for (int p = 0; p < np; p++) free(prompts[p]);
-    free(prompts);
-    free(logits);
-    gp_free(vec);
-    gp_st_close(ref);
-    gp_ctx_free(c);
-    gp_model_free(m);
+        free(st->vs[k].tokens);
+        free(st->vs[k].n_tokens);
+        free(st->vs[k].text);
+    }
+    free(st->vs);
+    cli_free_lines(st->prompts, st->np);
+    free(st->logits);
+    gp_free(st->vec);
+    gp_st_close(st->ref);
+    gp_ctx_free(st->c);
+    gp_model_free(st->m);
+}
+
+int cmd_validate(int argc, char **argv) {
+    vopts o;
+    vstate st = {0};
+    int rc = parse_args(argc, argv, &o);
+    if (rc < 0 && (rc = load_all(&o, argc, argv, &st)) < 0 && (rc = run_all(&o, &st)) == 0) rc = report(&o, &st);
+    vstate_free(&st);
     cli_gen_flags_free();
     return rc;
 }

@@ -43,7 +43,7 @@ const cli_command cli_commands[] = {
     {"chat-template", "render a conversation through a model's chat template",
      "genparity chat-template (--model DIR | --template FILE) --messages FILE.json [--add-generation-prompt]",
      cmd_chat_template},
-    {"serve", "OpenAI-compatible HTTP server",
+    {"serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, SSE, slots, queue)",
      "genparity serve --model DIR [--host 127.0.0.1] [--port 8080] [--parallel N] [--max-queue M] [--api-key KEY]",
      cmd_serve},
     {"version", "print the version", "genparity version", cmd_version},

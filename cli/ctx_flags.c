@@ -20,14 +20,7 @@ void cli_ctx_flags_help(FILE *f) {
 }
 
 static int parse_i32(const char *flag, const char *v, int32_t lo, int32_t *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > (1L << 30)) {
-        fprintf(stderr, "genparity: %s expects an integer >= %d, got '%s'\n", flag, lo, v);
-        return -1;
-    }
-    *out = (int32_t)x;
-    return 0;
+    return cli_i32(flag, v, lo, 1 << 30, out);
 }
 
 /* --device cpu|cuda: 1 consumed, -1 bad value. */
@@ -55,11 +48,8 @@ int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p) {
     for (int j = 0; j < (int)(sizeof flags / sizeof flags[0]); j++)
         if (!strcmp(a, flags[j])) k = j;
     if (k < 0) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "genparity: %s needs a value\n", a);
-        return -1;
-    }
-    const char *v = argv[++*i];
+    const char *v = cli_value(argc, argv, i);
+    if (!v) return -1;
     int32_t x;
     if (parse_i32(a, v, k == 1 ? 1 : 0, &x)) return -1;
     switch (k) {

@@ -65,16 +65,13 @@ void cli_gen_flags_help(FILE *f) {
 }
 
 static int bad_value(const char *flag, const char *want, const char *v) {
-    fprintf(stderr, "genparity: %s expects %s, got '%s'\n", flag, want, v ? v : "(nothing)");
+    fprintf(stderr, "%s: %s expects %s, got '%s'\n", cli_prog, flag, want, v ? v : "(nothing)");
     return -1;
 }
 
 static int parse_double(const char *v, double lo, double hi, int lo_open, int hi_open, double *out) {
-    if (!v || !*v) return -1;
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (*end || errno || isnan(x)) return -1;
+    double x;
+    if (cli_to_f64(v, &x)) return -1;
     if (lo_open ? !(x > lo) : !(x >= lo)) return -1;
     if (hi_open ? !(x < hi) : !(x <= hi)) return -1;
     *out = x;
@@ -82,11 +79,8 @@ static int parse_double(const char *v, double lo, double hi, int lo_open, int hi
 }
 
 static int parse_i32(const char *v, long lo, int32_t *out) {
-    if (!v || !*v) return -1;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (*end || errno || x < lo || x > INT32_MAX) return -1;
+    int64_t x;
+    if (cli_to_i64(v, &x) || x < lo || x > INT32_MAX) return -1;
     *out = (int32_t)x;
     return 0;
 }
@@ -240,11 +234,9 @@ int cli_gen_flag(int argc, char **argv, int *i, gp_gen_config *g) {
         if (parse_double(v, 0.0, INFINITY, 0, 1, &d)) return bad_value(a, "a number of seconds >= 0", v);
         g->max_time = d;
     } else if (!strcmp(a, "--seed")) {
-        char *end;
-        errno = 0;
-        unsigned long long s = v && *v && *v != '-' ? strtoull(v, &end, 10) : 0;
-        if (!v || !*v || *v == '-' || *end || errno) return bad_value(a, "a non-negative integer", v);
-        g->seed = (uint64_t)s;
+        uint64_t s;
+        if (cli_to_u64(v, &s)) return bad_value(a, "a non-negative integer", v);
+        g->seed = s;
     } else if (!strcmp(a, "--logprobs")) {
         if (parse_i32(v, 0, &n)) return bad_value(a, "an integer >= 0 (alternatives per token)", v);
         g->logprobs = 1;

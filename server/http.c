@@ -204,16 +204,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *conn, const char 
         snprintf(msg, sizeof msg, "the request body is larger than the server's limit of %zu bytes", s->max_body);
         return send_error(conn, 413, "invalid_request_error", msg);
     }
-    if (is_chat) return http_chat(s, conn, rq->body.p ? rq->body.p : "", rq->body.len);
-    return handle_generate(s, conn, rq, JOB_COMPLETION);
-}
-
-/* Chat completions need the library's chat-template API (gp_chat_*, issue 12); until it is merged: 501. */
-enum MHD_Result http_chat(server *s, struct MHD_Connection *conn, const char *body, size_t len) {
-    (void)s, (void)body, (void)len;
-    return send_error(conn, 501, "not_implemented_error",
-                      "/v1/chat/completions needs the chat-template engine (gp_chat_*), which this build of "
-                      "genparity does not have yet; use /v1/completions with a rendered prompt");
+    return handle_generate(s, conn, rq, is_chat ? JOB_CHAT : JOB_COMPLETION);
 }
 
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,

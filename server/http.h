@@ -13,7 +13,5 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const ch
                                 void **con_cls);
 /* MHD_OPTION_NOTIFY_COMPLETED: frees the request state; cls is the server. */
 void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe);
-/* POST /v1/chat/completions. */
-enum MHD_Result http_chat(server *s, struct MHD_Connection *conn, const char *body, size_t len);
 
 #endif

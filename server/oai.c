@@ -1,6 +1,7 @@
 /* oai.c — the OpenAI wire format of `genparity serve`: request JSON -> job (every field type-checked, ids checked
- * against the vocabulary, max_tokens against the context), generated tokens -> SSE chunks or one response object,
- * and OpenAI-style error objects ({"error": {"message", "type", "param", "code"}}). */
+ * against the vocabulary, max_tokens against the context; chat messages rendered through the model's chat template),
+ * generated tokens -> SSE chunks or one response object (chat replies split into content / reasoning_content /
+ * tool_calls), and OpenAI-style error objects ({"error": {"message", "type", "param", "code"}}). */
 #include "server.h"
 
 #include <cJSON.h>
@@ -218,6 +219,119 @@ static void parse_shape(pctx *pc, const cJSON *o) {
     j->g.max_new_tokens = (int32_t)mt;
 }
 
+/* A message's content as one string: a string stays, null stays, an array of parts becomes the concatenation of its
+ * {"type": "text", "text": ...} parts (other part types are refused). Returns 0 or -1 (error set). */
+static int flatten_content(pctx *pc, cJSON *msg, int i) {
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    if (!c || cJSON_IsString(c) || cJSON_IsNull(c)) return 0;
+    if (!cJSON_IsArray(c))
+        return BAD(pc, "messages", "messages[%d].content must be a string, null or an array of text parts", i), -1;
+    sbuf b = {0};
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(t) || (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "text")))) {
+            sbuf_free(&b);
+            return BAD(pc, "messages", "messages[%d].content: only text parts are supported", i), -1;
+        }
+        sbuf_add(&b, t->valuestring, strlen(t->valuestring));
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", cJSON_CreateString(b.p ? b.p : ""));
+    sbuf_free(&b);
+    return 0;
+}
+
+/* messages (+ tools, chat_template_kwargs, add_generation_prompt) -> the model's chat template -> prompt ids (encoded
+ * without special tokens, as apply_chat_template(tokenize=True) does). */
+static int parse_messages(pctx *pc, const cJSON *o) {
+    job *j = pc->j;
+    server *s = pc->s;
+    if (!s->tmpl)
+        return BAD(pc, "messages", "the model folder has no chat template; use /v1/completions with a rendered prompt"), -1;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
+    if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
+        return BAD(pc, "messages", "'messages' must be a non-empty array of message objects"), -1;
+    cJSON *msgs = cJSON_Duplicate(m, 1);
+    int i = 0, rc = -1;
+    cJSON *e;
+    cJSON_ArrayForEach(e, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
+        if (!cJSON_IsObject(e) || !cJSON_IsString(role)) {
+            BAD(pc, "messages", "messages[%d] must be an object with a string 'role'", i);
+            goto done;
+        }
+        if (flatten_content(pc, e, i++)) goto done;
+    }
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs");
+    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) {
+        BAD(pc, "tools", "'tools' must be an array of tool schemas");
+        goto done;
+    }
+    if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw)) {
+        BAD(pc, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        goto done;
+    }
+    int agp = 1;
+    if (get_bool(pc, o, "add_generation_prompt", &agp) < 0) goto done;
+    gp_chat_opts opts = gp_chat_opts_default();
+    char *mj = cJSON_PrintUnformatted(msgs);
+    char *tj = cJSON_IsArray(tools) ? cJSON_PrintUnformatted(tools) : NULL;
+    char *kj = cJSON_IsObject(kw) ? cJSON_PrintUnformatted(kw) : NULL;
+    opts.messages_json = mj;
+    opts.tools_json = tj;
+    opts.kwargs_json = kj;
+    opts.add_generation_prompt = agp;
+    char *text = NULL;
+    size_t len = 0;
+    gp_status st = mj ? gp_chat_template_render(s->tmpl, &opts, &text, &len) : GP_ERR_NOMEM;
+    free(mj);
+    free(tj);
+    free(kj);
+    if (st != GP_OK) BAD(pc, "messages", "the chat template failed: %s", gp_errmsg());
+    else if (gp_tokenizer_encode(s->tok, text, len, 0, &j->ids, &j->n_ids) != GP_OK)
+        BAD(pc, "messages", "encoding the rendered conversation: %s", gp_errmsg());
+    else if (j->n_ids == 0) BAD(pc, "messages", "the rendered conversation is empty");
+    else rc = 0;
+    gp_free(text);
+done:
+    cJSON_Delete(msgs);
+    return rc;
+}
+
+/* Splits a non-stream chat reply into content / reasoning_content / tool_calls (gp_chat_parse_reply). */
+static const char *chat_message(const job *j, cJSON *choice, const gp_gen_result *r) {
+    char *json = NULL;
+    if (gp_chat_parse_reply(r->text ? r->text : "", r->text ? r->text_len : 0, &json) != GP_OK) return NULL;
+    cJSON *p = cJSON_Parse(json);
+    gp_free(json);
+    if (!p) return NULL;
+    cJSON *msg = cJSON_GetObjectItemCaseSensitive(choice, "message");
+    const char *finish = NULL;
+    cJSON *content = cJSON_DetachItemFromObjectCaseSensitive(p, "content");
+    cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", content ? content : cJSON_CreateNull());
+    cJSON *reason = cJSON_DetachItemFromObjectCaseSensitive(p, "reasoning_content");
+    if (cJSON_IsString(reason)) cJSON_AddItemToObject(msg, "reasoning_content", reason);
+    else cJSON_Delete(reason);
+    cJSON *calls = cJSON_DetachItemFromObjectCaseSensitive(p, "tool_calls");
+    if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
+        int k = 0;
+        cJSON *c;
+        cJSON_ArrayForEach(c, calls) {
+            char id[64];
+            snprintf(id, sizeof id, "call_%s_%d", j->id, k++);
+            cJSON_AddStringToObject(c, "id", id);
+        }
+        cJSON_AddItemToObject(msg, "tool_calls", calls);
+        finish = "tool_calls";
+    } else {
+        cJSON_Delete(calls);
+    }
+    cJSON_Delete(p);
+    return finish;
+}
+
 job *oai_parse_request(server *s, job_kind kind, const char *body, size_t len, char **err, int *status) {
     *err = NULL;
     *status = 400;
@@ -247,6 +361,7 @@ job *oai_parse_request(server *s, job_kind kind, const char *body, size_t len, c
              (long long)atomic_fetch_add(&s->next_id, 1));
     pctx pc = {s, j, NULL, NULL};
     if (kind == JOB_COMPLETION) parse_prompt(&pc, o);
+    else parse_messages(&pc, o);
     if (!pc.err) parse_shape(&pc, o);
     if (!pc.err) parse_sampling(&pc, o);
     if (!pc.err) parse_stop(&pc, o);
@@ -436,6 +551,8 @@ void oai_finish(job *j, gp_status st, const gp_gen_result *r) {
     cJSON_ReplaceItemInObjectCaseSensitive(o, "object", cJSON_CreateString(j->kind == JOB_CHAT ? "chat.completion"
                                                                                               : "text_completion"));
     cJSON *c = add_choice(j, o, r->text, r->text_len, finish_str(r->finish_reason), 1);
+    const char *chat_finish = j->kind == JOB_CHAT ? chat_message(j, c, r) : NULL;
+    if (chat_finish) cJSON_ReplaceItemInObjectCaseSensitive(c, "finish_reason", cJSON_CreateString(chat_finish));
     if (j->n_logprobs >= 0 && r->logprobs) {
         cJSON *lp = cJSON_CreateObject();
         size_t off = 0;

@@ -36,47 +36,29 @@ static void help(FILE *f) {
 
 typedef struct serve_opts {
     const char *model, *host, *api_key, *adapter;
-    long port, parallel, max_queue, max_body;
+    int32_t port, parallel, max_queue, max_body;
 } serve_opts;
 
-static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi) {
-        fprintf(stderr, "genparity serve: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-/* Returns 0, 1 after --help, or -1 on a bad flag (message printed). */
+/* Returns 0, 1 after --help, or -1 on a bad flag (message printed by the cli_* helpers). */
 static int parse_flags(int argc, char **argv, serve_opts *o, gp_ctx_params *cp) {
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return help(stdout), 1;
         int cf = cli_ctx_flag(argc, argv, &i, cp);
         if (cf < 0) return -1;
         if (cf > 0) continue;
-        if (!v) {
-            fprintf(stderr, "genparity serve: unknown flag or missing value: %s (see --help)\n", a);
-            return -1;
-        }
-        int bad = 0;
-        if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--host")) o->host = v;
-        else if (!strcmp(a, "--api-key")) o->api_key = v;
-        else if (!strcmp(a, "--adapter")) o->adapter = v;
-        else if (!strcmp(a, "--port")) bad = parse_long(a, v, 0, 65535, &o->port);
-        else if (!strcmp(a, "--parallel")) bad = parse_long(a, v, 1, 256, &o->parallel);
-        else if (!strcmp(a, "--max-queue")) bad = parse_long(a, v, 0, 1 << 20, &o->max_queue);
-        else if (!strcmp(a, "--max-body")) bad = parse_long(a, v, 1024, 1L << 30, &o->max_body);
-        else {
-            fprintf(stderr, "genparity serve: unknown flag %s (see --help)\n", a);
-            return -1;
-        }
-        if (bad) return -1;
-        i++;
+        const char **str = !strcmp(a, "--model") ? &o->model : !strcmp(a, "--host") ? &o->host
+                         : !strcmp(a, "--api-key") ? &o->api_key : !strcmp(a, "--adapter") ? &o->adapter : NULL;
+        int32_t *num = !strcmp(a, "--port") ? &o->port : !strcmp(a, "--parallel") ? &o->parallel
+                     : !strcmp(a, "--max-queue") ? &o->max_queue : !strcmp(a, "--max-body") ? &o->max_body : NULL;
+        if (!str && !num) return cli_unknown(a), -1;
+        const char *v = cli_value(argc, argv, &i);
+        if (!v) return -1;
+        if (str) *str = v;
+        else if (num == &o->port && cli_i32(a, v, 0, 65535, num)) return -1;
+        else if (num == &o->parallel && cli_i32(a, v, 1, 256, num)) return -1;
+        else if (num == &o->max_queue && cli_i32(a, v, 0, 1 << 20, num)) return -1;
+        else if (num == &o->max_body && cli_i32(a, v, 1024, 1 << 30, num)) return -1;
     }
     return 0;
 }
@@ -84,7 +66,7 @@ static int parse_flags(int argc, char **argv, serve_opts *o, gp_ctx_params *cp) 
 static struct MHD_Daemon *start_daemon(server *s, const serve_opts *o) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
     char port[16];
-    snprintf(port, sizeof port, "%ld", o->port);
+    snprintf(port, sizeof port, "%d", (int)o->port);
     int e = getaddrinfo(o->host, port, &hints, &ai);
     if (e) {
         fprintf(stderr, "genparity serve: --host %s: %s\n", o->host, gai_strerror(e));
@@ -97,8 +79,8 @@ static struct MHD_Daemon *start_daemon(server *s, const serve_opts *o) {
         MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (!d) fprintf(stderr, "genparity serve: cannot listen on %s:%ld (in use, or not an address of this host)\n",
-                    o->host, o->port);
+    if (!d) fprintf(stderr, "genparity serve: cannot listen on %s:%d (in use, or not an address of this host)\n",
+                    o->host, (int)o->port);
     return d;
 }
 
@@ -137,6 +119,10 @@ int cmd_serve(int argc, char **argv) {
     atomic_init(&s.active_requests, 0);
     if (gp_model_load(o.model, NULL, &s.model) != GP_OK) return cli_fail("loading the model");
     s.tok = gp_model_tokenizer(s.model);
+    gp_status ts = s.tok ? gp_chat_template_load(o.model, &s.tmpl) : GP_ERR_MISSING;
+    if (ts != GP_OK && ts != GP_ERR_MISSING)
+        fprintf(stderr, "genparity serve: warning: the chat template does not load (%s); /v1/chat/completions will "
+                        "answer 400\n", gp_errmsg());
     s.n_vocab = gp_model_n_vocab(s.model);
     const char *base = o.model + strlen(o.model);
     while (base > o.model && base[-1] == '/') base--;
@@ -162,6 +148,7 @@ int cmd_serve(int argc, char **argv) {
         rc = 0;
     }
     slots_stop(&s);
+    gp_chat_template_free(s.tmpl);
     gp_model_free(s.model);
     pthread_mutex_destroy(&s.mu);
     pthread_cond_destroy(&s.idle_cv);

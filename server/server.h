@@ -70,6 +70,7 @@ typedef struct slot {
 typedef struct server {
     gp_model *model;
     const gp_tokenizer *tok;
+    gp_chat_template *tmpl;  /* the model folder's chat template, or NULL (chat completions then get 400) */
     char model_name[256];
     int32_t n_vocab, n_ctx;
     int parallel, max_queue;
@@ -95,8 +96,9 @@ int slots_submit(server *s, job *j, int *http_status);
 void slots_wait_idle(server *s); /* blocks until no job is queued or running */
 
 /* oai.c */
-/* Parses an OpenAI request body into a new job (one reference).  Returns the job, or NULL with an error object in
- * *err (caller frees with cJSON_Delete... as text: caller frees with free()) and *status (400). */
+/* Parses an OpenAI request body (completions: prompt; chat: messages through the chat template) into a new job (one
+ * reference).  Returns the job, or NULL with an error object as malloc'd JSON text in *err (caller frees with free())
+ * and the HTTP status in *status (400, or 500 out of memory). */
 job *oai_parse_request(server *s, job_kind kind, const char *body, size_t len, char **err, int *status);
 /* Returns an OpenAI error object as malloc'd JSON text. */
 char *oai_error(const char *type, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

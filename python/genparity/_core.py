@@ -6,6 +6,7 @@ object is collected or closed; a Model outlives every PromptCache made from it (
 from __future__ import annotations
 
 import ctypes
+import json
 import threading
 from ctypes import POINTER, byref, c_char, c_int32, c_size_t, c_void_p
 from dataclasses import dataclass
@@ -86,7 +87,8 @@ class Tokenizer:
             lib.gp_free(ids)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Returns the text of ids, like transformers' decode; GenparityError for an id outside the vocabulary."""
+        """Returns the text of ids, like transformers' decode (ids past the vocabulary decode to ""); GenparityError
+        for a negative id."""
         a = _ids_array(ids)
         text, n = POINTER(c_char)(), c_size_t()
         check(lib.gp_tokenizer_decode(self._h, _i32ptr(a), a.size, int(skip_special_tokens), byref(text),
@@ -104,12 +106,66 @@ class Tokenizer:
         s = lib.gp_tokenizer_id_to_token(self._h, i)
         return None if s is None else s.decode("utf-8", "replace")
 
-    def apply_chat_template(self, messages: list, add_generation_prompt: bool = False, tokenize: bool = True,
+    def _template(self) -> int:
+        if getattr(self, "_tmpl", None) is None:
+            path = getattr(self._owner, "path", None)
+            if path is None:
+                raise ValueError("genparity: this tokenizer has no model folder to read a chat template from")
+            h = c_void_p()
+            check(lib.gp_chat_template_load(path.encode(), byref(h)))
+            self._tmpl = h.value
+        return self._tmpl
+
+    def __del__(self):
+        if getattr(self, "_tmpl", None):
+            lib.gp_chat_template_free(self._tmpl)
+            self._tmpl = None
+
+    def apply_chat_template(self, conversation: list, tools: Optional[list] = None,
+                            documents: Optional[list] = None, add_generation_prompt: bool = False,
+                            tokenize: bool = True, chat_template: Optional[str] = None,
                             **kwargs) -> Union[str, list[int]]:
-        """Renders a conversation with the model's chat template (needs the library's chat-template API)."""
-        raise NotImplementedError(
-            "genparity: apply_chat_template needs the library's chat-template engine (gp_chat_*, issue 12), which "
-            "this build of libgenparity.so does not have yet; render the prompt yourself and pass the text")
+        """Renders a conversation with the model folder's chat template like transformers' apply_chat_template:
+        returns the text (tokenize=False) or its ids encoded without special tokens (tokenize=True).
+
+        tools / documents: JSON-serialisable lists; chat_template: a template name from tokenizer_config.json;
+        other keyword arguments (enable_thinking=...) become template variables.  A template's raise_exception()
+        is a GenparityError carrying its message."""
+        o = lib.gp_chat_opts_default()
+        keep = [json.dumps(conversation).encode()]
+        o.messages_json = keep[0]
+        if tools is not None:
+            keep.append(json.dumps(tools).encode())
+            o.tools_json = keep[-1]
+        if documents is not None:
+            keep.append(json.dumps(documents).encode())
+            o.documents_json = keep[-1]
+        if kwargs:
+            keep.append(json.dumps(kwargs).encode())
+            o.kwargs_json = keep[-1]
+        if chat_template is not None:
+            keep.append(chat_template.encode())
+            o.template_name = keep[-1]
+        o.add_generation_prompt = int(add_generation_prompt)
+        text, n = POINTER(c_char)(), c_size_t()
+        check(lib.gp_chat_template_render(self._template(), byref(o), byref(text), byref(n)))
+        try:
+            s = ctypes.string_at(text, n.value).decode("utf-8", "replace")
+        finally:
+            lib.gp_free(text)
+        return self.encode(s, add_special_tokens=False) if tokenize else s
+
+
+def parse_chat_reply(text: str) -> dict:
+    """Splits a chat model's reply into {"content", "reasoning_content", "tool_calls"} (OpenAI-style) like the
+    server does: <think>...</think> reasoning, Hermes/Qwen <tool_call> blocks or a Llama 3.x JSON tool call."""
+    b = text.encode("utf-8", "surrogatepass")
+    out = POINTER(c_char)()
+    check(lib.gp_chat_parse_reply(b, len(b), byref(out)))
+    try:
+        return json.loads(ctypes.string_at(out).decode("utf-8", "replace"))
+    finally:
+        lib.gp_free(out)
 
 
 _SCHEDULES = {"constant": 0, "ramp": 1, "warmup": 2}

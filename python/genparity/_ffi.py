@@ -23,7 +23,7 @@ class GpModelParams(Structure):
 class GpCtxParams(Structure):
     _fields_ = [("n_ctx", c_int32), ("n_threads", c_int32), ("prefill_chunk", c_int32), ("max_kv_size", c_int32),
                 ("keep", c_int32), ("kv_bits", c_int32), ("kv_group_size", c_int32),
-                ("quantized_kv_start", c_int32), ("mem_limit_bytes", c_uint64)]
+                ("quantized_kv_start", c_int32), ("mem_limit_bytes", c_uint64), ("device", c_int32)]
 
 
 class GpMemInfo(Structure):
@@ -113,13 +113,19 @@ class GpTokenEvent(Structure):
 
 TOKEN_CB = CFUNCTYPE(c_int, POINTER(GpTokenEvent), c_void_p)
 
+
+class GpChatOpts(Structure):
+    _fields_ = [("messages_json", c_char_p), ("tools_json", c_char_p), ("documents_json", c_char_p),
+                ("kwargs_json", c_char_p), ("add_generation_prompt", c_int32), ("template_name", c_char_p),
+                ("now", ctypes.c_int64)]
+
 # struct name in genparity.h -> ctypes class (used by the ABI test)
 STRUCTS = {
     "gp_model_params": GpModelParams, "gp_ctx_params": GpCtxParams, "gp_mem_info": GpMemInfo,
     "gp_eval_opts": GpEvalOpts, "gp_steer_hook": GpSteerHook, "gp_token_seq": GpTokenSeq,
     "gp_seq_bias": GpSeqBias, "gp_token_bias": GpTokenBias, "gp_logits_processor": GpLogitsProcessor,
     "gp_gen_config": GpGenConfig, "gp_top_logprob": GpTopLogprob, "gp_gen_result": GpGenResult,
-    "gp_token_event": GpTokenEvent,
+    "gp_token_event": GpTokenEvent, "gp_chat_opts": GpChatOpts,
 }
 
 # name -> (restype, argtypes)
@@ -171,9 +177,15 @@ _SIGS = {
     "gp_generate": (c_int, [c_void_p, i32p, c_int32, POINTER(GpGenConfig), TOKEN_CB, c_void_p,
                             POINTER(GpGenResult)]),
     "gp_gen_result_free": (None, [POINTER(GpGenResult)]),
+    "gp_chat_template_load": (c_int, [c_char_p, POINTER(c_void_p)]),
+    "gp_chat_template_free": (None, [c_void_p]),
+    "gp_chat_opts_default": (GpChatOpts, []),
+    "gp_chat_template_render": (c_int, [c_void_p, POINTER(GpChatOpts), POINTER(ctypes.POINTER(ctypes.c_char)),
+                                        POINTER(c_size_t)]),
+    "gp_chat_parse_reply": (c_int, [ctypes.c_char_p, c_size_t, POINTER(ctypes.POINTER(ctypes.c_char))]),
 }
 
-# Optional functions: present once the chat-template API is merged (src/template).
+# Optional functions (name -> (restype, argtypes)): bound when the library has them.
 _OPTIONAL: dict = {}
 
 

@@ -58,12 +58,16 @@ class Server:
         self.log = []
         cmd = [str(genparity_bin()), "serve", "--model", str(model), "--port", "0", *args]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stderr.readline()
-        self.log.append(line)
-        m = re.search(r"listening on (http://\S+?:\d+)", line)
+        m = None
+        while not m:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.log.append(line)
+            m = re.search(r"listening on (http://\S+?:\d+)", line)
         if not m:
             self.proc.kill()
-            raise RuntimeError(f"genparity serve did not start: {line}{self.proc.stderr.read()}")
+            raise RuntimeError(f"genparity serve did not start: {''.join(self.log)}{self.proc.stderr.read()}")
         self.url = m.group(1)
 
     def health(self) -> dict:

@@ -181,8 +181,9 @@ def test_errors_carry_the_library_message(tmp_path):
     assert "nope" in str(e.value) and e.value.status.startswith("GP_ERR_")
     model, tok = load("tiny-llama")
     with pytest.raises(genparity.GenparityError) as e:
-        tok.decode([-1])  # ids >= n_vocab decode to "" as in tokenizers; negative ids are errors
+        tok.decode([1, -5])
     assert e.value.status == "GP_ERR_RANGE"
+    assert tok.decode([model.n_vocab + 5]) == ""  # like tokenizers' decode (genparity.h)
     with pytest.raises(genparity.GenparityError):
         genparity.generate_ids(model, [1, model.n_vocab + 1], 4)
     with pytest.raises(genparity.GenparityError) as e:
@@ -204,5 +205,29 @@ def test_errors_carry_the_library_message(tmp_path):
     # the model still works after every error
     p = reference("tiny-llama")["prompts"][0]
     assert genparity.generate_ids(model, p["ids"], 8, temperature=0) == p["greedy_48"][:8]
-    with pytest.raises(NotImplementedError, match="chat-template"):
+    with pytest.raises(genparity.GenparityError) as e:  # tiny-llama's folder has no chat template
         tok.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert e.value.status == "GP_ERR_MISSING"
+
+
+@pytest.mark.parametrize("family,model", [("llama3", "tiny-llama3"), ("qwen3", "tiny-qwen3")])
+def test_apply_chat_template_matches_transformers(fx, family, model):
+    import json
+    refs = json.loads((fx / "references" / "chat_templates.json").read_text())[family]
+    _, tok = load(model)
+    for i, r in enumerate(refs):
+        kw = dict(r["kwargs"])
+        tools = kw.pop("tools", None)
+        text = tok.apply_chat_template(r["messages"], tools=tools, add_generation_prompt=r["add_generation_prompt"],
+                                       tokenize=False, **kw)
+        assert text == r["text"], f"{family} case {i}"
+        ids = tok.apply_chat_template(r["messages"], tools=tools, add_generation_prompt=r["add_generation_prompt"],
+                                      **kw)
+        assert ids == r["ids"], f"{family} case {i}"
+    print(f"{family}: {len(refs)}/{len(refs)} conversations rendered and encoded as transformers does")
+    if family == "qwen3":  # qwen3's template reads message.content: a message without it is a template error
+        with pytest.raises(genparity.GenparityError, match="content") as e:
+            tok.apply_chat_template([{"role": "assistant"}, {"role": "user"}], tokenize=False)
+        assert e.value.status == "GP_ERR_TEMPLATE"
+    reply = genparity.parse_chat_reply("<think>hm</think>Hello")
+    assert reply["content"] == "Hello" and reply["reasoning_content"] == "hm"

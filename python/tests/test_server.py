@@ -115,8 +115,9 @@ def test_bad_input_keeps_serving(start_server):
     assert status == 401 and body["error"]["type"] == "authentication_error"
     status, _, body = post(url, {"prompt": [1, 2], "max_tokens": 2}, headers={"Authorization": "Bearer wrong"})
     assert status == 401
-    status, _, body = post(srv.url + "/v1/chat/completions", {"messages": []}, headers=auth)
-    assert status == 501 and "chat-template" in body["error"]["message"]
+    status, _, body = post(srv.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
+                           headers=auth)
+    assert status == 400 and "no chat template" in body["error"]["message"]  # tiny-llama's folder has none
     status, _, body = post(srv.url + "/v1/nothing", {}, headers=auth)
     assert status == 404
     with pytest.raises(openai.AuthenticationError):
@@ -204,3 +205,56 @@ def test_concurrent_streams_identical_and_queue_limit(start_server):
     assert len(texts) == 1
     h = srv.health()
     assert h["queue_high_water"] <= 2 and h["rejected"] == codes.count(429)
+
+
+def test_bad_flags_exit_2_with_a_message(start_server):
+    import subprocess
+    from conftest import genparity_bin
+    for args, words in [(["--port", "abc"], "--port"), (["--parallel", "0"], "--parallel"), (["--bogus"], "--bogus"),
+                        (["--max-queue"], "needs a value"), (["--adapter", "x"], "adapter")]:
+        p = subprocess.run([str(genparity_bin()), "serve", *args], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and words in p.stderr, (args, p.returncode, p.stderr)
+    p = subprocess.run([str(genparity_bin()), "serve", "--model", "/nonexistent/model"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1 and "/nonexistent/model" in p.stderr
+    srv = start_server(model_dir("tiny-llama"))
+    port = srv.url.rsplit(":", 1)[1]
+    p = subprocess.run([str(genparity_bin()), "serve", "--model", str(model_dir("tiny-llama")), "--port", port],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "cannot listen" in p.stderr
+
+
+@pytest.mark.parametrize("family,model", [("llama3", "tiny-llama3"), ("qwen3", "tiny-qwen3")])
+def test_chat_completions(start_server, fx, family, model):
+    """Chat requests render through the model's chat template and encode as transformers' apply_chat_template:
+    the greedy reply equals /v1/completions on the reference ids of the same conversation."""
+    refs = [r for r in json.loads((fx / "references" / "chat_templates.json").read_text())[family]
+            if r["add_generation_prompt"]]
+    srv = start_server(model_dir(model))
+    c = client(srv)
+    for r in refs:
+        kw = dict(r["kwargs"])
+        tools = kw.pop("tools", None)
+        extra = {"chat_template_kwargs": kw} if kw else {}
+        if tools:
+            extra["tools"] = tools
+        chat = c.chat.completions.create(model=model, messages=r["messages"], max_tokens=8, temperature=0,
+                                         extra_body=extra)
+        plain = c.completions.create(model=model, prompt=r["ids"], max_tokens=8, temperature=0)
+        assert chat.usage.prompt_tokens == len(r["ids"])
+        assert chat.model_extra["genparity"]["tokens"] == plain.model_extra["genparity"]["tokens"]
+        assert chat.choices[0].message.role == "assistant"
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+            model=model, messages=r["messages"], max_tokens=8, temperature=0, stream=True, extra_body=extra)
+            if ch.choices)
+        assert streamed == plain.choices[0].text
+    if family == "qwen3":  # a template error is a 400 carrying the template's message; the server keeps serving
+        status, _, body = post(srv.url + "/v1/chat/completions", {"messages": [{"role": "assistant"}]})
+        assert status == 400 and "content" in body["error"]["message"]
+    status, _, body = post(srv.url + "/v1/chat/completions", {"messages": [{"role": 3, "content": "x"}]})
+    assert status == 400 and body["error"]["param"] == "messages"
+    status, _, body = post(srv.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                               "tools": "no"})
+    assert status == 400 and body["error"]["param"] == "tools"
+    assert srv.health()["status"] == "ok"
+    assert srv.stop() == 0

@@ -183,6 +183,129 @@ size_t gp_json_tree_estimate(const char *text, size_t len) {
     return scan_text(&c) ? estimate(&c) : 0;
 }
 
+gp_status gp_json_check(const char *path, const char *field, const char *text, size_t len, int *trailing,
+                        char *first) {
+    scan c = {text, len, 0, 0, 0, 0, NULL};
+    ws(&c);
+    if (first) *first = c.i < len ? text[c.i] : 0;
+    c.i = 0;
+    int ok = scan_text(&c);
+    if (trailing) *trailing = !ok && !strcmp(c.why, "text after the JSON value");
+    if (ok) return GP_OK;
+    return gp_set_error(GP_ERR_FORMAT, "%s: %s%s%snot valid JSON at byte %zu of %zu: %s%s", path, field ? "field '" : "",
+                        field ? field : "", field ? "': " : "", c.i, len, c.why,
+                        c.i >= len ? " (the file looks truncated)" : "");
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* The streaming reader (text already checked)                                                                       */
+/* ---------------------------------------------------------------------------------------------------------------- */
+
+char gp_jlex_peek(gp_jlex *l) {
+    while (l->i < l->n && strchr(" \t\r\n", l->s[l->i]) && l->s[l->i]) l->i++;
+    return l->i < l->n ? l->s[l->i] : 0;
+}
+
+int gp_jlex_eat(gp_jlex *l, char c) {
+    if (!c || gp_jlex_peek(l) != c) return 0;
+    l->i++;
+    return 1;
+}
+
+/* Appends code point u as UTF-8 to d; returns the bytes written. */
+static size_t put_utf8(char *d, unsigned u) {
+    if (u < 0x80) return d[0] = (char)u, 1;
+    if (u < 0x800) return d[0] = (char)(0xC0 | u >> 6), d[1] = (char)(0x80 | (u & 0x3F)), 2;
+    if (u < 0x10000)
+        return d[0] = (char)(0xE0 | u >> 12), d[1] = (char)(0x80 | (u >> 6 & 0x3F)), d[2] = (char)(0x80 | (u & 0x3F)), 3;
+    d[0] = (char)(0xF0 | u >> 18), d[1] = (char)(0x80 | (u >> 12 & 0x3F)), d[2] = (char)(0x80 | (u >> 6 & 0x3F));
+    d[3] = (char)(0x80 | (u & 0x3F));
+    return 4;
+}
+
+int gp_jlex_string(gp_jlex *l, char **out) {
+    *out = NULL;
+    if (gp_jlex_peek(l) != '"') return -1;
+    scan c = {l->s, l->n, l->i, 0, 0, 0, NULL};
+    if (!scan_string(&c)) return -1;
+    size_t end = c.i - 1; /* the closing quote; escapes never grow the text */
+    char *d = gp_malloc(end - l->i, 1);
+    if (!d) return -2;
+    size_t k = 0;
+    for (size_t i = l->i + 1; i < end;) {
+        char ch = l->s[i];
+        if (ch != '\\') {
+            d[k++] = ch;
+            i++;
+            continue;
+        }
+        char e = l->s[i + 1];
+        i += 2;
+        if (e != 'u') {
+            static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+            d[k++] = to[strchr(from, e) - from];
+            continue;
+        }
+        unsigned u = 0, lo = 0;
+        hex4(&c, i, &u);
+        i += 4;
+        if (u >= 0xD800 && u <= 0xDBFF) {
+            hex4(&c, i + 2, &lo);
+            u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+            i += 6;
+        }
+        k += put_utf8(d + k, u);
+    }
+    d[k] = 0;
+    l->i = c.i;
+    if (strlen(d) != k) { /* a \u0000 inside */
+        free(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+int gp_jlex_uint(gp_jlex *l, uint64_t *out) {
+    char ch = gp_jlex_peek(l);
+    if (ch != '-' && !(ch >= '0' && ch <= '9')) return -1;
+    scan c = {l->s, l->n, l->i, 0, 0, 0, NULL};
+    if (!scan_number(&c)) return -1;
+    char buf[64];
+    size_t len = c.i - l->i;
+    memcpy(buf, l->s + l->i, len);
+    buf[len] = 0;
+    l->i = c.i;
+    double d = strtod(buf, NULL); /* the token is a checked JSON number of at most 63 characters */
+    if (!(d >= 0 && d <= 9007199254740992.0) || d != floor(d)) return -1;
+    *out = (uint64_t)d;
+    return 0;
+}
+
+void gp_jlex_skip(gp_jlex *l) {
+    size_t depth = 0;
+    do {
+        char ch = gp_jlex_peek(l);
+        if (!ch) return;
+        if (ch == '"') {
+            scan c = {l->s, l->n, l->i, 0, 0, 0, NULL};
+            scan_string(&c);
+            l->i = c.i;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+            l->i++;
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+            l->i++;
+        } else if (ch == ',' || ch == ':') {
+            l->i++;
+            continue;
+        } else {
+            while (l->i < l->n && !strchr(" \t\r\n,:]}", l->s[l->i])) l->i++;
+        }
+    } while (depth > 0);
+}
+
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* Duplicate keys                                                                                                    */
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -242,7 +365,8 @@ gp_status gp_json_parse(const char *path, const char *text, size_t len, size_t m
     if (!text) return gp_set_error(GP_ERR_INVALID_ARG, "%s: no JSON text", path);
     scan c = {text, len, 0, 0, 0, 0, NULL};
     if (!scan_text(&c))
-        return gp_set_error(GP_ERR_FORMAT, "%s: not valid JSON at byte %zu: %s", path, c.i, c.why);
+        return gp_set_error(GP_ERR_FORMAT, "%s: not valid JSON at byte %zu of %zu: %s%s", path, c.i, len, c.why,
+                            c.i >= len ? " (the file looks truncated)" : "");
     size_t est = estimate(&c);
     if (est > max_tree)
         return gp_set_error(GP_ERR_FORMAT,

@@ -23,6 +23,8 @@
  * configs are a few KB).  The tree limit bounds cJSON's memory (~80 bytes per value) before it is allocated. */
 #define GP_JSON_CONFIG_BYTES ((size_t)16 << 20)   /* config.json, generation_config.json, tokenizer_config.json */
 #define GP_JSON_CONFIG_TREE  ((size_t)256 << 20)
+#define GP_JSON_TOKENIZER_BYTES ((size_t)64 << 20) /* tokenizer.json: Gemma 3's is 33 MB */
+#define GP_JSON_TOKENIZER_TREE  ((size_t)512 << 20) /* Gemma 3's tree: ~180 MB */
 #define GP_JSON_MAX_DEPTH 512
 
 enum {
@@ -41,6 +43,32 @@ gp_status gp_json_load(const char *path, size_t max_bytes, unsigned flags, cJSON
 
 /* Estimated bytes of the cJSON tree of a syntactically valid text [len] (0 if it is not valid JSON). */
 size_t gp_json_tree_estimate(const char *text, size_t len);
+
+/* Checks the syntax of text [len] without allocating (as gp_json_parse does first): GP_OK, or GP_ERR_FORMAT with
+ * "<path>: <field>: not valid JSON at byte N: <why>" (field may be NULL).  *trailing = 1 when the only fault is text
+ * after a complete value; *first = the first non-blank character (0 if none). */
+gp_status gp_json_check(const char *path, const char *field, const char *text, size_t len, int *trailing, char *first);
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* A streaming reader over text already accepted by gp_json_check: no tree, memory only for what the caller keeps    */
+/* (the safetensors header).                                                                                        */
+/* ---------------------------------------------------------------------------------------------------------------- */
+typedef struct gp_jlex {
+    const char *s;
+    size_t n, i;
+} gp_jlex;
+
+/* The next non-blank character (consumed when it equals c and c != 0); 0 at the end. */
+char gp_jlex_peek(gp_jlex *l);
+int gp_jlex_eat(gp_jlex *l, char c);
+/* A string at the cursor, unescaped (\u escapes to UTF-8) into a new NUL-terminated buffer (caller frees);
+ * returns 0, -1 when it is not a string or holds a NUL, -2 out of memory. */
+int gp_jlex_string(gp_jlex *l, char **out);
+/* A number at the cursor that is a whole number in [0, 2^53] (4, 4.0, 4e0); 0 or -1 (not such a number: consumed
+ * when it is a number). */
+int gp_jlex_uint(gp_jlex *l, uint64_t *out);
+/* Skips the value at the cursor (any type, any depth; iterative). */
+void gp_jlex_skip(gp_jlex *l);
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* Typed getters.  A gp_jobj is an object plus the names used in messages: "<path>: field '<prefix><key>' ..."      */

@@ -9,6 +9,7 @@
  * must start at 0, follow each other without gap or overlap, and end exactly at the end of the file.  This is what
  * the reference implementation (safetensors' validate) accepts; zero-byte tensors may sit anywhere on that chain. */
 #include "io/safetensors.h"
+#include "io/json.h"
 #include "util/util.h"
 
 #include <cJSON.h>
@@ -164,53 +165,92 @@ uint64_t gp_st_total_bytes(const gp_st_set *s) { return s ? s->total : 0; }
 /* reading one file                                                                                            */
 /* ---------------------------------------------------------------------------------------------------------- */
 
-/* A JSON number that is a whole number in [0, 2^53]; returns 0 and *out, or -1. */
-static int json_uint(const cJSON *j, uint64_t *out) {
-    if (!cJSON_IsNumber(j)) return -1;
-    double d = j->valuedouble;
-    if (!(d >= 0 && d <= MAX_JSON_INT) || d != (double)(uint64_t)d) return -1;
-    *out = (uint64_t)d;
-    return 0;
-}
-
-/* Fills v from one header entry {"dtype", "shape", "data_offsets"}; begin and end receive the data offsets. */
-static gp_status parse_entry(const char *path, const cJSON *e, gp_tensor_view *v, uint64_t *begin, uint64_t *end) {
-    const char *name = e->string;
-    if (!cJSON_IsObject(e)) return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': entry is not an object", path, name);
-
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-    if (!cJSON_IsString(dt))
-        return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'dtype': missing or not a string", path, name);
-    if (gp_dtype_parse(dt->valuestring, &v->dtype) != 0)
-        return gp_set_error(GP_ERR_UNSUPPORTED, "%s: tensor '%s': field 'dtype': unsupported dtype '%s'", path, name,
-                            dt->valuestring);
-
-    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
-    if (!cJSON_IsArray(sh))
+/* Reads the [d0, d1, ...] shape at the cursor into v (n_elems, nbytes need v->dtype). */
+static gp_status read_shape(const char *path, const char *name, gp_jlex *l, gp_tensor_view *v) {
+    if (!gp_jlex_eat(l, '['))
         return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'shape': missing or not an array", path, name);
-    int nd = cJSON_GetArraySize(sh);
-    if (nd > GP_MAX_DIMS)
-        return gp_set_error(GP_ERR_UNSUPPORTED, "%s: tensor '%s': field 'shape': %d dimensions, at most %d supported",
-                            path, name, nd, GP_MAX_DIMS);
-    uint64_t n = 1;
     int k = 0;
-    for (const cJSON *d = sh->child; d; d = d->next, k++) {
-        uint64_t x;
-        if (json_uint(d, &x) != 0)
+    uint64_t n = 1;
+    int overflow = 0;
+    while (!gp_jlex_eat(l, ']')) {
+        uint64_t x = 0;
+        if (k && !gp_jlex_eat(l, ',')) break; /* cannot happen: the syntax was checked */
+        if (gp_jlex_uint(l, &x) != 0)
             return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'shape': dimension %d is not an integer in "
                                 "[0, 2^53]", path, name, k);
-        if (__builtin_mul_overflow(n, x, &n))
-            return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'shape': element count overflows", path, name);
-        v->shape[k] = (int64_t)x;
+        if (k < GP_MAX_DIMS) v->shape[k] = (int64_t)x;
+        overflow |= __builtin_mul_overflow(n, x, &n);
+        k++;
     }
-    v->ndim = nd;
+    if (k > GP_MAX_DIMS)
+        return gp_set_error(GP_ERR_UNSUPPORTED, "%s: tensor '%s': field 'shape': %d dimensions, at most %d supported",
+                            path, name, k, GP_MAX_DIMS);
+    if (overflow)
+        return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'shape': element count overflows", path, name);
+    v->ndim = k;
     v->n_elems = n;
-    if (__builtin_mul_overflow(n, (uint64_t)gp_dtype_size(v->dtype), &v->nbytes))
-        return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'shape': byte size overflows", path, name);
+    return GP_OK;
+}
 
-    const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || json_uint(off->child, begin) != 0 ||
-        json_uint(off->child->next, end) != 0)
+/* Reads [begin, end] at the cursor; -1 when it is not two whole numbers. */
+static int read_offsets(gp_jlex *l, uint64_t *begin, uint64_t *end) {
+    if (gp_jlex_peek(l) != '[') return gp_jlex_skip(l), -1;
+    gp_jlex_eat(l, '[');
+    int ok = gp_jlex_uint(l, begin) == 0 && gp_jlex_eat(l, ',') && gp_jlex_uint(l, end) == 0 && gp_jlex_eat(l, ']');
+    if (!ok) { /* skip the rest of the array */
+        while (gp_jlex_peek(l) && !gp_jlex_eat(l, ']')) {
+            gp_jlex_eat(l, ',');
+            gp_jlex_skip(l);
+        }
+    }
+    return ok ? 0 : -1;
+}
+
+/* Fills v from one header entry {"dtype", "shape", "data_offsets"} at the cursor (streamed: nothing but v is kept);
+ * begin and end receive the data offsets. */
+static gp_status parse_entry(const char *path, const char *name, gp_jlex *l, gp_tensor_view *v, uint64_t *begin,
+                             uint64_t *end) {
+    if (!gp_jlex_eat(l, '{')) return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': entry is not an object", path, name);
+    char *dt = NULL;
+    int has_dt = 0, has_shape = 0, off_ok = 0;
+    gp_status st = GP_OK;
+    gp_tensor_view shape = {0};
+    while (!st && !gp_jlex_eat(l, '}')) {
+        char *key = NULL;
+        gp_jlex_eat(l, ',');
+        int r = gp_jlex_string(l, &key);
+        if (r) {
+            st = r == -2 ? GP_ERR_NOMEM : gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': a key holds a NUL", path, name);
+            break;
+        }
+        gp_jlex_eat(l, ':');
+        if (!strcmp(key, "dtype") && !has_dt) {
+            has_dt = 1;
+            if (gp_jlex_peek(l) != '"') gp_jlex_skip(l);
+            else if (gp_jlex_string(l, &dt) == -2) st = GP_ERR_NOMEM;
+        } else if (!strcmp(key, "shape") && !has_shape) {
+            has_shape = 1;
+            if (gp_jlex_peek(l) != '[') gp_jlex_skip(l), has_shape = -1;
+            else st = read_shape(path, name, l, &shape);
+        } else if (!strcmp(key, "data_offsets") && !off_ok) {
+            off_ok = read_offsets(l, begin, end) == 0;
+        } else gp_jlex_skip(l); /* unknown fields are ignored, as by the safetensors crate */
+        free(key);
+    }
+    if (!st && !dt)
+        st = gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'dtype': missing or not a string", path, name);
+    if (!st && gp_dtype_parse(dt, &v->dtype) != 0)
+        st = gp_set_error(GP_ERR_UNSUPPORTED, "%s: tensor '%s': field 'dtype': unsupported dtype '%s'", path, name, dt);
+    free(dt);
+    if (st) return st;
+    if (has_shape != 1)
+        return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'shape': missing or not an array", path, name);
+    v->ndim = shape.ndim;
+    v->n_elems = shape.n_elems;
+    memcpy(v->shape, shape.shape, sizeof v->shape);
+    if (__builtin_mul_overflow(v->n_elems, (uint64_t)gp_dtype_size(v->dtype), &v->nbytes))
+        return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'shape': byte size overflows", path, name);
+    if (!off_ok)
         return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'data_offsets': not [begin, end] integers", path,
                             name);
     if (*begin > *end)
@@ -235,103 +275,137 @@ static int cmp_span(const void *a, const void *b) {
     return 0;
 }
 
-/* Parses and checks the header of a mapped file whose data section is data_len bytes at data; on success returns
- * GP_OK with the views (file pointer not set yet) and, if want_meta, the metadata pairs. */
-static gp_status parse_header(const char *path, const char *hdr, size_t hlen, const uint8_t *data, uint64_t data_len,
-                              gp_tensor_view **out_t, int32_t *out_n, char ***out_meta, int32_t *out_n_meta) {
-    gp_status st = GP_OK;
-    gp_tensor_view *t = NULL;
-    span *sp = NULL;
+/* Reads the __metadata__ object (string -> string) at the cursor into meta [2 * n_meta] (key, value pairs). */
+static gp_status parse_meta(const char *path, gp_jlex *l, char ***out, int32_t *out_n) {
+    if (gp_jlex_peek(l) != '{') return gp_set_error(GP_ERR_FORMAT, "%s: field '__metadata__': not an object", path);
+    gp_jlex_eat(l, '{');
     char **meta = NULL;
-    int32_t n = 0, n_meta = 0;
-    const char *endp = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &endp, 0);
-    if (!root) {
-        size_t at = endp && endp >= hdr ? (size_t)(endp - hdr) : 0;
-        return gp_set_error(GP_ERR_FORMAT, "%s: field 'header': not valid JSON (near byte %zu)", path, at);
-    }
-    for (const char *p = endp; p < hdr + hlen; p++)
-        if (!strchr(" \t\r\n", *p) || !*p) {
-            st = gp_set_error(GP_ERR_FORMAT, "%s: field 'header': trailing bytes after the JSON object", path);
-            goto done;
-        }
-    if (!cJSON_IsObject(root)) {
-        st = gp_set_error(GP_ERR_FORMAT, "%s: field 'header': JSON is not an object", path);
-        goto done;
-    }
-    int n_items = cJSON_GetArraySize(root);
-    if (!(t = gp_calloc((size_t)n_items + 1, sizeof *t)) || !(sp = gp_calloc((size_t)n_items + 1, sizeof *sp))) {
-        st = GP_ERR_NOMEM;
-        goto done;
-    }
-    for (const cJSON *e = root->child; e; e = e->next) {
-        if (!strcmp(e->string, "__metadata__")) {
-            if (meta || !cJSON_IsObject(e)) {
-                st = gp_set_error(GP_ERR_FORMAT, "%s: field '__metadata__': %s", path,
-                                  meta ? "appears twice" : "not an object");
-                goto done;
-            }
-            int nm = cJSON_GetArraySize(e);
-            if (!(meta = gp_calloc(2 * (size_t)nm + 1, sizeof *meta))) {
+    int32_t n = 0, cap = 0;
+    gp_status st = GP_OK;
+    while (!st && !gp_jlex_eat(l, '}')) {
+        gp_jlex_eat(l, ',');
+        if (n == cap) {
+            char **m = gp_realloc(meta, 2 * ((size_t)(cap = cap ? 2 * cap : 8)) + 1, sizeof *meta);
+            if (!m) {
                 st = GP_ERR_NOMEM;
-                goto done;
+                break;
             }
-            for (const cJSON *m = e->child; m; m = m->next) {
-                if (!cJSON_IsString(m)) {
-                    st = gp_set_error(GP_ERR_FORMAT, "%s: field '__metadata__': value of '%s' is not a string", path,
-                                      m->string);
-                    goto done;
-                }
-                meta[2 * n_meta] = gp_strdup(m->string);
-                meta[2 * n_meta + 1] = gp_strdup(m->valuestring);
-                n_meta++;
-                if (!meta[2 * n_meta - 2] || !meta[2 * n_meta - 1]) {
-                    st = GP_ERR_NOMEM;
-                    goto done;
-                }
-            }
-            continue;
+            meta = m;
         }
-        gp_tensor_view *v = &t[n];
-        if ((st = parse_entry(path, e, v, &sp[n].begin, &sp[n].end)) != GP_OK) goto done;
-        if (sp[n].end > data_len) {
-            st = gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'data_offsets': end %" PRIu64 " is past the "
-                              "data section (%" PRIu64 " bytes)", path, e->string, sp[n].end, data_len);
-            goto done;
+        char *k = NULL, *v = NULL;
+        int r = gp_jlex_string(l, &k);
+        gp_jlex_eat(l, ':');
+        int rv = r ? -1 : gp_jlex_string(l, &v);
+        if (r == -2 || rv == -2) st = GP_ERR_NOMEM;
+        else if (r) st = gp_set_error(GP_ERR_FORMAT, "%s: field '__metadata__': a key holds a NUL", path);
+        else if (rv)
+            st = gp_set_error(GP_ERR_FORMAT, "%s: field '__metadata__': value of '%s' is not a string", path, k);
+        if (st) {
+            free(k);
+            free(v);
+            break;
         }
-        if (!(v->name = gp_strdup(e->string))) {
-            st = GP_ERR_NOMEM;
-            goto done;
-        }
-        v->data = data + sp[n].begin;
-        sp[n].i = n;
+        meta[2 * n] = k;
+        meta[2 * n + 1] = v;
         n++;
     }
-    /* sorted by begin, the spans must tile [0, data_len) exactly */
+    if (st) {
+        free_meta(meta, n);
+        return st;
+    }
+    *out = meta;
+    *out_n = n;
+    return GP_OK;
+}
+
+/* Sorted by begin, the spans must tile [0, data_len) exactly. */
+static gp_status check_tiling(const char *path, const gp_tensor_view *t, span *sp, int32_t n, uint64_t data_len) {
     qsort(sp, (size_t)n, sizeof *sp, cmp_span);
     uint64_t at = 0;
     for (int32_t k = 0; k < n; k++) {
         if (sp[k].begin != at) {
             const char *prev = k ? t[sp[k - 1].i].name : NULL;
             if (sp[k].begin > at)
-                st = gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'data_offsets': gap of %" PRIu64 " bytes "
-                                  "before it (previous tensor %s%s%s ends at %" PRIu64 ")", path, t[sp[k].i].name,
-                                  sp[k].begin - at, prev ? "'" : "", prev ? prev : "none", prev ? "'" : "", at);
-            else
-                st = gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'data_offsets': [%" PRIu64 ", %" PRIu64 ") "
-                                  "overlaps tensor '%s' (ends at %" PRIu64 ")", path, t[sp[k].i].name, sp[k].begin,
-                                  sp[k].end, prev, at);
-            goto done;
+                return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'data_offsets': gap of %" PRIu64 " bytes "
+                                    "before it (previous tensor %s%s%s ends at %" PRIu64 ")", path, t[sp[k].i].name,
+                                    sp[k].begin - at, prev ? "'" : "", prev ? prev : "none", prev ? "'" : "", at);
+            return gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'data_offsets': [%" PRIu64 ", %" PRIu64 ") "
+                                "overlaps tensor '%s' (ends at %" PRIu64 ")", path, t[sp[k].i].name, sp[k].begin,
+                                sp[k].end, prev, at);
         }
         at = sp[k].end;
     }
-    if (at != data_len) {
-        st = gp_set_error(GP_ERR_FORMAT, "%s: field 'data_offsets': tensors cover %" PRIu64 " bytes but the data "
-                          "section is %" PRIu64 " bytes", path, at, data_len);
-        goto done;
+    if (at != data_len)
+        return gp_set_error(GP_ERR_FORMAT, "%s: field 'data_offsets': tensors cover %" PRIu64 " bytes but the data "
+                            "section is %" PRIu64 " bytes", path, at, data_len);
+    return GP_OK;
+}
+
+/* Parses and checks the header of a mapped file whose data section is data_len bytes at data; on success returns
+ * GP_OK with the views (file pointer not set yet) and, if want_meta, the metadata pairs.  The header is checked by
+ * a scan that allocates nothing, then streamed: memory grows with the tensors kept (~150 bytes each, no JSON tree),
+ * so a header of N bytes never costs much more than N. */
+static gp_status parse_header(const char *path, const char *hdr, size_t hlen, const uint8_t *data, uint64_t data_len,
+                              gp_tensor_view **out_t, int32_t *out_n, char ***out_meta, int32_t *out_n_meta) {
+    int trailing = 0;
+    char first = 0;
+    if (gp_json_check(path, "header", hdr, hlen, &trailing, &first)) {
+        if (trailing) return gp_set_error(GP_ERR_FORMAT, "%s: field 'header': trailing bytes after the JSON object", path);
+        return GP_ERR_FORMAT;
     }
-done:
-    cJSON_Delete(root);
+    if (first != '{') return gp_set_error(GP_ERR_FORMAT, "%s: field 'header': JSON is not an object", path);
+    gp_jlex l = {hdr, hlen, 0};
+    gp_jlex_eat(&l, '{');
+    gp_status st = GP_OK;
+    gp_tensor_view *t = NULL;
+    span *sp = NULL;
+    char **meta = NULL;
+    int32_t n = 0, cap = 0, n_meta = 0;
+    int has_meta = 0;
+    while (!st && !gp_jlex_eat(&l, '}')) {
+        char *name = NULL;
+        gp_jlex_eat(&l, ',');
+        int r = gp_jlex_string(&l, &name);
+        gp_jlex_eat(&l, ':');
+        if (r) {
+            st = r == -2 ? GP_ERR_NOMEM : gp_set_error(GP_ERR_FORMAT, "%s: field 'header': a name holds a NUL", path);
+            break;
+        }
+        if (!strcmp(name, "__metadata__")) {
+            st = has_meta ? gp_set_error(GP_ERR_FORMAT, "%s: field '__metadata__': appears twice", path)
+                          : parse_meta(path, &l, &meta, &n_meta);
+            has_meta = 1;
+            free(name);
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            gp_tensor_view *t2 = gp_realloc(t, (size_t)cap + 1, sizeof *t);
+            if (t2) t = t2;
+            span *s2 = gp_realloc(sp, (size_t)cap + 1, sizeof *sp);
+            if (s2) sp = s2;
+            if (!t2 || !s2) {
+                free(name);
+                st = GP_ERR_NOMEM;
+                break;
+            }
+        }
+        gp_tensor_view *v = &t[n];
+        memset(v, 0, sizeof *v);
+        if ((st = parse_entry(path, name, &l, v, &sp[n].begin, &sp[n].end)) == GP_OK && sp[n].end > data_len)
+            st = gp_set_error(GP_ERR_FORMAT, "%s: tensor '%s': field 'data_offsets': end %" PRIu64 " is past the "
+                              "data section (%" PRIu64 " bytes)", path, name, sp[n].end, data_len);
+        if (st) {
+            free(name);
+            break;
+        }
+        v->name = name;
+        v->data = data + sp[n].begin;
+        sp[n].i = n;
+        n++;
+    }
+    if (!st && !t && !(t = gp_calloc(1, sizeof *t))) st = GP_ERR_NOMEM;
+    if (!st) st = check_tiling(path, t, sp, n, data_len);
     free(sp);
     if (st != GP_OK) {
         free_views(t, n);
@@ -460,14 +534,18 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *c
 static gp_status open_index(const char *dir, const char *ipath, gp_st_set *s) {
     char *text = NULL, *spath = NULL;
     const char **shards = NULL;
-    gp_status st = gp_read_file(ipath, GP_ST_MAX_HEADER, &text, NULL);
+    size_t len = 0;
+    cJSON *root = NULL;
+    gp_status st = gp_read_file(ipath, GP_ST_MAX_INDEX, &text, &len);
     if (st != GP_OK) return st;
-    cJSON *root = cJSON_Parse(text);
+    st = gp_json_parse(ipath, text, len, (size_t)16 * GP_ST_MAX_INDEX, GP_JSON_NO_DUP_KEYS, &root);
     free(text);
-    const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (st == GP_ERR_FORMAT && !strstr(gp_errmsg(), "appears twice"))
+        st = gp_set_error(GP_ERR_FORMAT, "%s: field 'weight_map': file is not valid JSON (%s)", ipath, gp_errmsg());
+    if (st) goto done;
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
-        st = gp_set_error(GP_ERR_FORMAT, "%s: field 'weight_map': %s", ipath,
-                          !root ? "file is not valid JSON" : "missing or not an object");
+        st = gp_set_error(GP_ERR_FORMAT, "%s: field 'weight_map': missing or not an object", ipath);
         goto done;
     }
     int n = cJSON_GetArraySize(wm), n_sh = 0;

@@ -11,6 +11,7 @@
 
 #define GP_MAX_DIMS 8
 #define GP_ST_MAX_HEADER (100u * 1024u * 1024u) /* headers over 100 MB are rejected */
+#define GP_ST_MAX_INDEX (16u * 1024u * 1024u)   /* model.safetensors.index.json: real ones are under 2 MB */
 
 typedef enum gp_dtype {
     GP_DTYPE_F32 = 0,

@@ -278,6 +278,28 @@ gp_status gp_config_load(const char *path, gp_config *cfg) {
     return s;
 }
 
+gp_status gp_ctx_params_check(const gp_ctx_params *p) {
+    const struct {
+        const char *name;
+        int32_t v, hi;
+    } f[] = {{"n_ctx", p->n_ctx, GP_MAX_CTX},
+             {"max_kv_size", p->max_kv_size, GP_MAX_CTX},
+             {"prefill_chunk", p->prefill_chunk, GP_MAX_CTX},
+             {"keep", p->keep, GP_MAX_CTX},
+             {"quantized_kv_start", p->quantized_kv_start, GP_MAX_CTX},
+             {"n_threads", p->n_threads, 4096}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v < 0 || f[i].v > f[i].hi)
+            return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: field '%s' = %d must be in [0, %d]", f[i].name,
+                                (int)f[i].v, (int)f[i].hi);
+    if (p->kv_bits != 0 && p->kv_bits != 4 && p->kv_bits != 8)
+        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: field 'kv_bits' = %d must be 0, 4 or 8", (int)p->kv_bits);
+    if (p->kv_group_size != 0 && p->kv_group_size != 32 && p->kv_group_size != 64 && p->kv_group_size != 128)
+        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: field 'kv_group_size' = %d must be 0, 32, 64 or 128",
+                            (int)p->kv_group_size);
+    return GP_OK;
+}
+
 void gp_config_free(gp_config *cfg) {
     if (!cfg) return;
     free(cfg->window);

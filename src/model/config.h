@@ -60,6 +60,15 @@ gp_status gp_config_parse(const char *path, const char *text, gp_config *cfg);
 
 void gp_config_free(gp_config *cfg);
 
+/* Largest n_ctx / max_kv_size / prefill_chunk / keep / quantized_kv_start a context accepts: sums and products of
+ * these with head sizes stay far from INT32_MAX and SIZE_MAX (a position count, not a memory promise). */
+#define GP_MAX_CTX (1 << 28)
+
+/* Checks context parameters at the API boundary (gp_ctx_init), before any arithmetic on them: every size in
+ * [0, GP_MAX_CTX], n_threads in [0, 4096], kv_bits 0/4/8, kv_group_size 0/32/64/128.  GP_OK or
+ * GP_ERR_INVALID_ARG naming the field. */
+gp_status gp_ctx_params_check(const gp_ctx_params *p);
+
 /* inv_freq[head_dim/2] for a rope, as transformers computes it (float32). */
 void gp_rope_inv_freq(const gp_rope *r, int32_t head_dim, float *inv_freq);
 

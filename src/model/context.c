@@ -74,6 +74,8 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     if (!m) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: model is NULL");
     gp_ctx_params p = params ? *params : gp_ctx_default_params();
     const gp_config *c = &m->cfg;
+    gp_status ps = gp_ctx_params_check(&p); /* ranges first: nothing below may overflow (house, issue 17.9) */
+    if (ps) return ps;
     if (p.n_ctx < 0 || p.n_threads < 0 || p.prefill_chunk < 0 || p.max_kv_size < 0 || p.keep < 0 ||
         p.quantized_kv_start < 0)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: sizes must be >= 0");

@@ -6,10 +6,12 @@
 #include "util/util.h"
 
 #include <cJSON.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 gp_model_params gp_model_default_params(void) {
     gp_model_params p = {0};
@@ -171,6 +173,24 @@ static gp_status read_generation_config(gp_model *m) {
     return gp_gen_config_load_json(&m->gen, path, m->cfg.n_vocab, &m->gen_bos);
 }
 
+/* config.json must be a regular file: say what it is when it is not (absent, a FIFO — which would block a read —,
+ * a directory, a symlink loop or a dangling link). */
+static gp_status check_config_path(const char *dir, const char *path) {
+    struct stat st, lst;
+    if (stat(path, &st) == 0) {
+        if (S_ISREG(st.st_mode)) return GP_OK;
+        const char *what = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"
+                           : S_ISSOCK(st.st_mode) ? "a socket" : "a device";
+        return gp_set_error(GP_ERR_IO, "%s: is %s, not a regular file", path, what);
+    }
+    int err = errno;
+    if (err == ENOENT && lstat(path, &lst) == 0)
+        return gp_set_error(GP_ERR_IO, "%s: is a symbolic link to a file that does not exist", path);
+    if (err == ENOENT || err == ENOTDIR)
+        return gp_set_error(GP_ERR_MISSING, "%s: no config.json in the model folder", dir);
+    return gp_set_error(GP_ERR_IO, "%s: cannot be read: %s", path, strerror(err));
+}
+
 static void progress(const gp_model_params *p, float f) {
     if (p && p->progress) p->progress(f, p->progress_user_data);
 }
@@ -190,8 +210,7 @@ gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model
     if (!(m->dir = gp_strdup(dir))) goto fail;
     char *cfg_path = gp_path_join(dir, "config.json");
     if (!cfg_path) goto fail;
-    if (!gp_file_exists(cfg_path)) {
-        s = gp_set_error(GP_ERR_MISSING, "%s: no config.json in the model folder", dir);
+    if ((s = check_config_path(dir, cfg_path))) {
         free(cfg_path);
         goto fail;
     }

@@ -2,6 +2,7 @@
  * chat_template as a string or a list of named templates), its special tokens, and renders a conversation with the
  * variables apply_chat_template passes (messages, tools, documents, add_generation_prompt, special tokens, kwargs). */
 #include "template/tpl.h"
+#include "io/json.h"
 #include "util/util.h"
 
 #include <cJSON.h>
@@ -75,10 +76,12 @@ static gp_status add_special(gp_chat_template *t, const char *name, const cJSON 
 static gp_status read_config(gp_chat_template *t, const char *path, int want_template) {
     char *data;
     size_t len;
-    gp_status st = gp_read_file(path, 64u << 20, &data, &len);
+    cJSON *j = NULL;
+    gp_status st = gp_read_file(path, GP_JSON_CONFIG_BYTES, &data, &len);
     if (st != GP_OK) return st;
-    cJSON *j = cJSON_ParseWithLength(data, len);
+    st = gp_json_parse(path, data, len, GP_JSON_CONFIG_TREE, 0, &j); /* bounded; NOMEM reported as NOMEM */
     free(data);
+    if (st != GP_OK) return st;
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         return gp_set_error(GP_ERR_FORMAT, "%s: not a JSON object", path);

@@ -1,6 +1,7 @@
 /* tokenizer.c — loading tokenizer.json (+ tokenizer_config.json) into a gp_tokenizer, the encode pipeline (added
  * tokens -> normalizer -> pre-tokenizer -> BPE -> post-processor) and the small query API. */
 #include "tokenizer/tok_internal.h"
+#include "io/json.h"
 
 #include <cJSON.h>
 #include <stdio.h>
@@ -8,7 +9,6 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#define MAX_TOKENIZER_BYTES ((size_t)1 << 30)
 #define MAX_VOCAB_ID (1 << 24)
 
 /* ---- loading helpers ---------------------------------------------------------------------------------------- */
@@ -34,28 +34,23 @@ static gp_status check_utf8_tree(const cJSON *j, const char *path, char *at, siz
     return GP_OK;
 }
 
+/* The bounded parse of src/io/json.h, with limits sized to real tokenizer.json files. */
 static gp_status parse_json_file(const char *path, cJSON **out) {
     char *data;
     size_t len;
     *out = NULL;
-    gp_status s = gp_read_file(path, MAX_TOKENIZER_BYTES, &data, &len);
+    gp_status s = gp_read_file(path, GP_JSON_TOKENIZER_BYTES, &data, &len);
     if (s) return s;
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(data, len, &end, 0);
-    if (!j) {
-        size_t at = end && end >= data ? (size_t)(end - data) : 0;
-        free(data);
-        return gp_set_error(GP_ERR_FORMAT, "%s: not valid JSON (error near byte %zu of %zu%s)", path, at, len,
-                            at + 1 >= len ? ", the file looks truncated" : "");
-    }
+    s = gp_json_parse(path, data, len, GP_JSON_TOKENIZER_TREE, 0, out);
     free(data);
+    if (s) return s;
     char at[256] = "";
-    gp_status us = check_utf8_tree(j, path, at, 0, sizeof at);
+    gp_status us = check_utf8_tree(*out, path, at, 0, sizeof at);
     if (us) {
-        cJSON_Delete(j);
+        cJSON_Delete(*out);
+        *out = NULL;
         return us;
     }
-    *out = j;
     return GP_OK;
 }
 

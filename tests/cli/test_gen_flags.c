@@ -3,6 +3,7 @@
  * those flags with --format json. */
 #include "test.h"
 
+#include "../../cli/args.c"
 #include "../../cli/gen_flags.c"
 
 #include "fixtures.h"
