@@ -11,6 +11,9 @@
 #   make fuzz       build the libFuzzer targets of fuzz/ (clang; ASan + UBSan incl. float-cast-overflow, build-fuzz/)
 #                   and run each for FUZZ_SECONDS (default 20) from seeds made by tools/fuzz_seeds.py
 #   make tsan       the multi-context and thread-pool tests under ThreadSanitizer (build-tsan/)
+#   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90, cuBLAS) in build-cuda/
+#   make test-cuda  build-cuda's CUDA tests: on a GPU machine parity, determinism and the op harness; without a
+#                   GPU or driver they check that selecting CUDA is a clear error
 
 BUILD   ?= build
 CC      ?= gcc
@@ -27,14 +30,27 @@ LDFLAGS_ALL = $(SAN) $(LDFLAGS)
 OMP     = -fopenmp
 
 LIB_SRC  := $(shell find src -name '*.c' | sort)
+# CUDA backend (GP_CUDA=1, set by `make cuda`): src/**/*.cu through nvcc, linked with cudart (static) and cuBLAS
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null)))
+CUDA_ARCH ?= -arch=sm_90
+NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -lineinfo -Xcompiler -fPIC,-Wall -Werror all-warnings -Iinclude -Isrc
+ifeq ($(GP_CUDA),1)
+CU_SRC    := $(shell find src -name '*.cu' | sort)
+CFLAGS_BASE += -DGP_CUDA=1
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
+endif
+CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_SRC  := $(shell find cli server -name '*.c' | sort)
 TEST_SRC := $(shell find tests -name '*.c' | sort)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ  += $(CU_OBJ)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 
-.PHONY: all test asan tsan fuzz fuzz-build fuzz-lib demo deps deps-check clean bench bench-compare bench-tokenizer header-check
+.PHONY: all test asan tsan fuzz fuzz-build fuzz-lib demo deps deps-check clean bench bench-compare bench-tokenizer \
+        header-check cuda test-cuda nvcc-check
 
 all: $(BUILD)/genparity $(BUILD)/libgenparity.a $(BUILD)/libgenparity.so
 
@@ -57,6 +73,19 @@ $(CLI_OBJ): ALL_CFLAGS += $(OMP)
 $(BUILD)/obj/%.o: %.c | $(BUILD)/deps.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu | nvcc-check
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+nvcc-check:
+	@command -v $(NVCC) >/dev/null 2>&1 || { echo "make cuda: nvcc not found (install the CUDA toolkit or set NVCC=/path/to/nvcc)" >&2; exit 1; }
+
+cuda:
+	$(MAKE) BUILD=build-cuda GP_CUDA=1 all build-cuda/run_tests
+
+test-cuda: cuda
+	GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests cuda
 
 $(BUILD)/libgenparity.a: $(LIB_OBJ)
 	@rm -f $@
@@ -156,6 +185,6 @@ bench-tokenizer: $(BUILD)/bench_tokenizer
 		$(FIXTURES)/tokenizers/qwen3/tokenizer.json
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz build-cuda
 
 -include $(DEPS)

@@ -21,7 +21,7 @@ static double now(void) {
 
 static void help(FILE *f) {
     fprintf(f, "usage: genparity bench --model DIR [--model DIR ...] [-p 512] [-n 128] [-r 5] [--threads T]\n"
-               "                       [--format md|json]\n"
+               "                       [--device cpu|cuda] [--format md|json]\n"
                "\n"
                "  --model DIR     model folder (repeat for one table row per model)\n"
                "  -p N            prompt tokens of the prefill test (default 512; 0 skips it)\n"
@@ -29,7 +29,10 @@ static void help(FILE *f) {
                "  -r N            repetitions (default 5)\n"
                "  --threads T     worker threads (default: all CPUs)\n"
                "  --format F      md (default) or json\n"
-               "  --bandwidth-mib N  buffer of the bandwidth measurement (default 1024; 0 skips it)\n");
+               "  --device D      cpu (default) or cuda (a `make cuda` build and a GPU)\n"
+               "  --bandwidth-mib N  buffer of the bandwidth measurement (default 1024; 0 skips it)\n"
+               "  --bandwidth-gbs N  take N GB/s as the memory bandwidth instead of measuring the CPU's (e.g. a GPU's\n"
+               "                     measured copy bandwidth with --device cuda)\n");
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -148,7 +151,7 @@ static int parse_pos(const char *flag, const char *v, int lo, int *out) {
 }
 
 /* Runs one model; fills *r.  Returns 0, or 1 after printing the library's message. */
-static int bench_model(const char *dir, int p, int n, int reps, int threads, double bw, row *r) {
+static int bench_model(const char *dir, int p, int n, int reps, int threads, int device, double bw, row *r) {
     memset(r, 0, sizeof *r);
     r->dir = dir;
     reset_peak_rss();
@@ -163,6 +166,7 @@ static int bench_model(const char *dir, int p, int n, int reps, int threads, dou
     r->decode_gb = (double)gp_model_decode_bytes(m) / 1e9;
     gp_ctx_params cp = gp_ctx_default_params();
     cp.n_threads = threads;
+    cp.device = device;
     cp.n_ctx = (p > n ? p : n) + 1;
     if (p > 0) cp.prefill_chunk = p;
     gp_ctx *c = NULL;
@@ -224,7 +228,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     const char *models[64];
-    int n_models = 0, p = 512, n = 128, reps = 5, threads = 0, bw_mib = 1024;
+    int n_models = 0, p = 512, n = 128, reps = 5, threads = 0, bw_mib = 1024, bw_gbs = 0, device = GP_DEVICE_CPU;
     const char *format = "md";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -248,6 +252,14 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (parse_pos(a, v, 0, &threads)) return 2; }
         else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--bandwidth-mib")) { if (parse_pos(a, v, 0, &bw_mib)) return 2; }
+        else if (!strcmp(a, "--bandwidth-gbs")) { if (parse_pos(a, v, 1, &bw_gbs)) return 2; }
+        else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
+                fprintf(stderr, "genparity bench: --device must be cpu or cuda, got '%s'\n", v);
+                return 2;
+            }
+            device = strcmp(v, "cuda") ? GP_DEVICE_CPU : GP_DEVICE_CUDA;
+        }
         else {
             fprintf(stderr, "genparity bench: unknown flag %s (see --help)\n", a);
             return 2;
@@ -261,14 +273,14 @@ int cmd_bench(int argc, char **argv) {
     }
     if (n_models == 0) return cli_missing("--model", "at least one model folder");
     if (threads == 0) threads = omp_get_num_procs();
-    double bw = measure_bandwidth(threads, bw_mib);
+    double bw = bw_gbs ? bw_gbs * 1e9 : measure_bandwidth(threads, bw_mib);
     row rows[64];
     int rc = 0;
     for (int i = 0; i < n_models; i++)
-        if (bench_model(models[i], p, n, reps, threads, bw, &rows[i])) rc = 1;
+        if (bench_model(models[i], p, n, reps, threads, device, bw, &rows[i])) rc = 1;
     if (json) {
-        printf("{\"threads\":%d,\"simd\":\"%s\",\"read_bandwidth_gb_s\":%.2f,\"p\":%d,\"n\":%d,\"r\":%d,\"models\":[",
-               threads, gp_cpu_simd(), bw / 1e9, p, n, reps);
+        printf("{\"device\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"read_bandwidth_gb_s\":%.2f,\"p\":%d,\"n\":%d,\"r\":%d,\"models\":[",
+               device == GP_DEVICE_CUDA ? "cuda" : "cpu", threads, gp_cpu_simd(), bw / 1e9, p, n, reps);
         for (int i = 0, first = 1; i < n_models; i++) {
             const row *r = &rows[i];
             if (!r->ok) continue;
@@ -283,8 +295,9 @@ int cmd_bench(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("threads %d, kernels %s, measured read bandwidth %.1f GB/s, p %d, n %d, r %d\n\n", threads,
-               gp_cpu_simd(), bw / 1e9, p, n, reps);
+        printf("device %s, threads %d, kernels %s, %s bandwidth %.1f GB/s, p %d, n %d, r %d\n\n",
+               device == GP_DEVICE_CUDA ? "cuda" : "cpu", threads, gp_cpu_simd(), bw_gbs ? "given" : "measured read",
+               bw / 1e9, p, n, reps);
         printf("| model | arch | weights GiB | load s | pp%d t/s | tg%d t/s | tg GB/token | tg bandwidth_utilization | "
                "peak MiB |\n",
                p, n);

@@ -19,7 +19,7 @@ static int cmd_version(int argc, char **argv) {
         printf("usage: genparity version\n  prints the version\n");
         return 0;
     }
-    printf("genparity %s\n", gp_version());
+    printf("genparity %s (backends: %s)\n", gp_version(), gp_backends());
     return 0;
 }
 

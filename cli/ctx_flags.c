@@ -15,15 +15,33 @@ void cli_ctx_flags_help(FILE *f) {
                "  --kv-bits 4|8           quantize the cache (affine groups)\n"
                "  --kv-group-size 32|64|128  quantization group size (default 64)\n"
                "  --quantized-kv-start N  positions before N stay float32 (default 0)\n"
-               "  --mem-limit-mb N        refuse a prefill that would grow caches + scratch past N MB\n");
+               "  --mem-limit-mb N        refuse a prefill that would grow caches + scratch past N MB\n"
+               "  --device cpu|cuda       where the forward runs (default cpu; cuda needs `make cuda` and a GPU)\n");
 }
 
 static int parse_i32(const char *flag, const char *v, int32_t lo, int32_t *out) {
     return cli_i32(flag, v, lo, 1 << 30, out);
 }
 
+/* --device cpu|cuda: 1 consumed, -1 bad value. */
+static int device_flag(int argc, char **argv, int *i, gp_ctx_params *p) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "genparity: --device needs a value (cpu or cuda)\n");
+        return -1;
+    }
+    const char *v = argv[++*i];
+    if (!strcmp(v, "cpu")) p->device = GP_DEVICE_CPU;
+    else if (!strcmp(v, "cuda")) p->device = GP_DEVICE_CUDA;
+    else {
+        fprintf(stderr, "genparity: --device must be cpu or cuda, got '%s'\n", v);
+        return -1;
+    }
+    return 1;
+}
+
 int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p) {
     const char *a = argv[*i];
+    if (!strcmp(a, "--device")) return device_flag(argc, argv, i, p);
     static const char *flags[] = {"--threads", "--prefill-chunk", "--n-ctx", "--max-kv-size", "--keep", "--kv-bits",
                                   "--kv-group-size", "--quantized-kv-start", "--mem-limit-mb"};
     int k = -1;

@@ -72,6 +72,15 @@ const char *gp_errmsg(void);
 /* Returns the library version as "MAJOR.MINOR.PATCH"; static string. */
 const char *gp_version(void);
 
+/* Where a context's forward pass runs (gp_ctx_params.device). */
+typedef enum gp_device {
+    GP_DEVICE_CPU = 0, /* the CPU backend (always built) */
+    GP_DEVICE_CUDA = 1 /* the CUDA backend: a build with `make cuda` and an NVIDIA GPU (device 0) */
+} gp_device;
+
+/* Returns the compute backends built into this library, space-separated: "cpu" or "cpu cuda"; static string. */
+const char *gp_backends(void);
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Tokenizer (tokenizer.json + tokenizer_config.json)                                                             */
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -240,6 +249,10 @@ typedef struct gp_ctx_params {
     int32_t quantized_kv_start; /* positions before this stay float32 (default 0) */
     uint64_t mem_limit_bytes;   /* 0 (default): none; else a prefill that would grow the caches past this many
                                    bytes is refused with GP_ERR_NOMEM before any work */
+    int32_t device;        /* gp_device (default GP_DEVICE_CPU).  GP_DEVICE_CUDA: the model's weights are uploaded
+                              once (at the first such context) and this context's KV cache and scratch live on the
+                              GPU; gp_ctx_init fails with GP_ERR_UNSUPPORTED and the reason when the library has no
+                              CUDA backend or no GPU/driver is usable, GP_ERR_NOMEM when the model does not fit */
 } gp_ctx_params;
 
 /* Returns the default context params. */

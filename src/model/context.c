@@ -81,6 +81,9 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     if (p.n_ctx < 0 || p.n_threads < 0 || p.prefill_chunk < 0 || p.max_kv_size < 0 || p.keep < 0 ||
         p.quantized_kv_start < 0)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: sizes must be >= 0");
+    if (p.device != GP_DEVICE_CPU && p.device != GP_DEVICE_CUDA)
+        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: device %d is not GP_DEVICE_CPU or GP_DEVICE_CUDA",
+                            p.device);
     if (p.keep > 0 && p.max_kv_size == 0)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: keep = %d needs a rotating cache (max_kv_size > 0)",
                             p.keep);
@@ -107,6 +110,10 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
         gp_ctx_free(x);
         return s;
     }
+    if (p.device == GP_DEVICE_CUDA && (s = gp_cuda_ctx_init(x))) {
+        gp_ctx_free(x);
+        return s;
+    }
     *out = x;
     return GP_OK;
 }
@@ -119,6 +126,7 @@ void gp_ctx_free(gp_ctx *c) {
     float *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->dealloc(be, bufs[i]);
     if (c->ws) be->ops->ws_free(c->ws);
+    gp_cuda_ctx_free(c->cuda);
     gp_steer_state_clear(&c->steer);
     free(c);
 }
@@ -205,7 +213,9 @@ gp_status gp_ctx_eval(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_op
         float *lg = NULL;
         if (logits && all) lg = logits + (size_t)t0 * cfg->n_vocab;
         else if (logits && t0 + cn == n) lg = logits;
-        gp_forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all);
+        if (c->cuda) { /* the CUDA backend's own forward (forward_cuda.c) */
+            if ((s = gp_cuda_forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all))) return s;
+        } else gp_forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all);
     }
     c->steer.step++;
     return GP_OK;
@@ -378,6 +388,7 @@ static gp_status check_file(const gp_st_set *st, const char *path, void *ud) {
 
 gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
     if (!c || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_save: bad arguments");
+    if (c->cuda) return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_cache_save: device cuda: cache files are CPU-only");
     load_check lc;
     snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
     snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));
@@ -391,6 +402,7 @@ gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
 
 gp_status gp_ctx_cache_load(gp_ctx *c, const char *path) {
     if (!c || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_load: bad arguments");
+    if (c->cuda) return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_cache_load: device cuda: cache files are CPU-only");
     load_check lc;
     snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
     snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));

@@ -26,6 +26,7 @@ struct gp_ctx {
     float *logits;       /* [chunk, n_vocab] when backend memory is not host memory (read back), else NULL */
     uint64_t scratch_bytes;
     gp_steer_state steer; /* residual hooks, logit-bias vector, forward step counter */
+    gp_cuda_ctx *cuda;    /* device KV cache and scratch (p.device == GP_DEVICE_CUDA), else NULL */
 };
 
 static inline gp_cache *gp_ctx_cache(const gp_ctx *c) { return c->caches[c->cur]; }

@@ -269,6 +269,7 @@ void gp_model_free(gp_model *m) {
     gp_tokenizer_free(m->tok);
     gp_st_close(m->st);
     gp_config_free(&m->cfg);
+    gp_cuda_model_free(m->cuda);
     free(m->layers);
     free(m->inv_freq_full);
     free(m->inv_freq_sliding);

@@ -7,6 +7,7 @@
 #include "io/safetensors.h"
 #include "kernels/backend.h"
 #include "model/config.h"
+#include "model/forward_cuda.h"
 
 #include <pthread.h>
 
@@ -39,8 +40,9 @@ struct gp_model {
     gp_gen_config gen;      /* transformers' defaults < generation_config.json (owns its arrays, gen._owned) */
     gp_backend *be;         /* the backend instance the weights are bound to (owned) */
     int32_t max_lora_rank;  /* largest sum of LoRA ranks of one linear (workspace scratch); 0 = no adapter */
-    pthread_mutex_t fp_lock; /* guards the lazily computed fingerprint */
+    pthread_mutex_t fp_lock; /* guards the lazily computed fingerprint and the lazily uploaded device copy */
     uint64_t fingerprint;    /* hash of config.json + every tensor (0 = not computed yet) */
+    gp_cuda_model *cuda;     /* the weights on the GPU (first GP_DEVICE_CUDA context), else NULL */
 };
 
 /* The model a context runs (internal). */

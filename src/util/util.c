@@ -26,6 +26,12 @@ const char *gp_errmsg(void) { return g_errmsg; }
 
 const char *gp_version(void) { return "0.1.0"; }
 
+#ifdef GP_CUDA
+const char *gp_backends(void) { return "cpu cuda"; }
+#else
+const char *gp_backends(void) { return "cpu"; }
+#endif
+
 const char *gp_status_str(gp_status s) {
     switch (s) {
     case GP_OK: return "GP_OK";

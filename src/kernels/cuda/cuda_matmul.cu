@@ -1,0 +1,245 @@
+/* cuda_matmul.cu — the projections of the CUDA backend: y [n, rows] = x [n, cols] @ W^T (+ bias).
+ * gp_cu_matmul: one warp per weight row streams the row once per tile of up to 8 tokens with 16-byte loads
+ * (8 bf16/f16 or 4 f32 weights), widening to float32 in registers; lane l takes vectors l, l+32, ... and the warp
+ * sums its lanes by the xor butterfly, so an element's bits depend on nothing but its row and its token (the same
+ * for decode and every prefill chunking).  gp_cu_matmul_cublas: float32 SGEMM through cuBLAS for long prefills. */
+#include "kernels/cuda/cuda_launch.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
+extern "C" cublasHandle_t gp_cu_blas(gp_cu *d);
+
+#define WARPS_PER_BLOCK 8
+#define TOK_TILE 8
+
+/* Widens the 16-byte vector u (E elements of the stored dtype) into f[E]. */
+template <int DT> struct vec_traits;
+template <> struct vec_traits<GP_CU_F32> {
+    enum { E = 4 };
+    static __device__ __forceinline__ void widen(const uint4 &u, float *f) {
+        f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y); f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);
+    }
+    static __device__ __forceinline__ float one(const void *p, int64_t i) { return ((const float *)p)[i]; }
+};
+template <> struct vec_traits<GP_CU_BF16> {
+    enum { E = 8 };
+    static __device__ __forceinline__ void widen(const uint4 &u, float *f) {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+    static __device__ __forceinline__ float one(const void *p, int64_t i) {
+        return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
+    }
+};
+template <> struct vec_traits<GP_CU_F16> {
+    enum { E = 8 };
+    static __device__ __forceinline__ void widen(const uint4 &u, float *f) {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            __half2 h = *(const __half2 *)&w[i];
+            float2 v = __half22float2(h);
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+    }
+    static __device__ __forceinline__ float one(const void *p, int64_t i) {
+        return __half2float(((const __half *)p)[i]);
+    }
+};
+
+/* Element i of a bias vector of dtype dt. */
+__device__ __forceinline__ float bias_at(const void *b, int dt, int64_t i) {
+    if (dt == GP_CU_F32) return ((const float *)b)[i];
+    if (dt == GP_CU_BF16) return __uint_as_float((uint32_t)((const uint16_t *)b)[i] << 16);
+    return __half2float(((const __half *)b)[i]);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Grid (ceil(rows / WARPS_PER_BLOCK), ceil(n / T)); warp = row, blockIdx.y = tile of T tokens.  VEC: the 16-byte
+ * path (cols a multiple of the vector width, rows 16-byte aligned), else one element per lane per step.
+ * GLU: the input row t is act(x[t, k]) * x[t, cols + k] (rows of 2 cols: gate then up), computed on the fly with
+ * glu_val, the GLU op's own expression (so the bits of glu followed by the plain product). */
+template <int DT, int T, bool VEC, bool GLU>
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
+    matmul_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
+                  int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int accum, int act) {
+    pdl_enter();
+    typedef vec_traits<DT> V;
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const int32_t t0 = blockIdx.y * T;
+    const int nt = n - t0 < T ? n - t0 : T;
+    float acc[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) acc[t] = 0.0f;
+    if (VEC) {
+        const uint4 *wrow = (const uint4 *)((const char *)W + (size_t)r * cols * (DT == GP_CU_F32 ? 4 : 2));
+        const int64_t nv = cols / V::E;
+        /* UNR 16-byte weight loads in flight per lane before any arithmetic (weights are read once: streaming) */
+        enum { UNR = 4 };
+        for (int64_t v0 = lane; v0 < nv; v0 += 32 * UNR) {
+            uint4 wv[UNR];
+#pragma unroll
+            for (int u = 0; u < UNR; u++)
+                if (v0 + 32 * u < nv) wv[u] = __ldcs(wrow + v0 + 32 * u);
+#pragma unroll
+            for (int u = 0; u < UNR; u++) {
+                const int64_t v = v0 + 32 * u;
+                if (v >= nv) break;
+                float wf[V::E];
+                V::widen(wv[u], wf);
+#pragma unroll
+                for (int t = 0; t < T; t++) {
+                    if (t < nt) {
+                        const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols * (GLU ? 2 : 1) + v * V::E);
+#pragma unroll
+                        for (int q = 0; q < V::E / 4; q++) {
+                            float4 a = __ldg(xv + q);
+                            if (GLU) {
+                                const float4 u = __ldg((const float4 *)((const float *)xv + cols) + q);
+                                a.x = glu_val(a.x, u.x, act);
+                                a.y = glu_val(a.y, u.y, act);
+                                a.z = glu_val(a.z, u.z, act);
+                                a.w = glu_val(a.w, u.w, act);
+                            }
+                            acc[t] = fmaf(wf[4 * q], a.x, acc[t]);
+                            acc[t] = fmaf(wf[4 * q + 1], a.y, acc[t]);
+                            acc[t] = fmaf(wf[4 * q + 2], a.z, acc[t]);
+                            acc[t] = fmaf(wf[4 * q + 3], a.w, acc[t]);
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for (int64_t k = lane; k < cols; k += 32) {
+            const float wk = V::one(W, r * cols + k);
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                if (t < nt) {
+                    const float *xr = x + (size_t)(t0 + t) * cols * (GLU ? 2 : 1);
+                    acc[t] = fmaf(wk, GLU ? glu_val(xr[k], xr[cols + k], act) : xr[k], acc[t]);
+                }
+        }
+    }
+    const float b = bias ? bias_at(bias, bias_dt, r) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0 && t < nt) {
+            const float v = bias ? s + b : s;
+            float *o = y + (size_t)(t0 + t) * rows + r;
+            *o = accum ? *o + v : v; /* accum: the residual add, the same rounding as a separate add */
+        }
+    }
+}
+
+template <int DT, int T>
+static void launch_dt(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+                      bool vec, int acc, int act) {
+    dim3 grid((unsigned)((w->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), (unsigned)((n + T - 1) / T));
+    const dim3 blk(WARPS_PER_BLOCK * 32);
+    if (act >= 0 && vec)
+        launch(matmul_kernel<DT, T, true, true>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
+    else if (act >= 0)
+        launch(matmul_kernel<DT, T, false, true>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
+    else if (vec)
+        launch(matmul_kernel<DT, T, true, false>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
+    else
+        launch(matmul_kernel<DT, T, false, false>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
+}
+
+template <int T>
+static void launch_t(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+                     bool vec, int acc, int act) {
+    if (w->dtype == GP_CU_F32) launch_dt<GP_CU_F32, T>(s, y, x, w, b, bdt, n, vec, acc, act);
+    else if (w->dtype == GP_CU_BF16) launch_dt<GP_CU_BF16, T>(s, y, x, w, b, bdt, n, vec, acc, act);
+    else launch_dt<GP_CU_F16, T>(s, y, x, w, b, bdt, n, vec, acc, act);
+}
+
+/* act < 0: plain product; else the GLU input rows [n, 2 cols] (matmul_kernel's GLU). */
+static int matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n, int acc,
+                  int act) {
+    if (n <= 0 || w->rows <= 0) return 0;
+    const int E = w->dtype == GP_CU_F32 ? 4 : 8;
+    const size_t esz = w->dtype == GP_CU_F32 ? 4 : 2;
+    const bool vec = w->cols % E == 0 && ((uintptr_t)w->data & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
+                     (w->cols * esz) % 16 == 0;
+    const void *b = bias && bias->data ? bias->data : NULL;
+    const int bdt = b ? bias->dtype : 0;
+    cudaStream_t s = gp_cu_stream(d);
+    if (n == 1) launch_t<1>(s, y, x, w, b, bdt, n, vec, acc, act);
+    else launch_t<TOK_TILE>(s, y, x, w, b, bdt, n, vec, acc, act);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int gp_cu_matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n) {
+    return matmul(d, y, x, w, bias, n, 0, -1);
+}
+
+extern "C" int gp_cu_matmul_add(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias,
+                                int32_t n) {
+    return matmul(d, y, x, w, bias, n, 1, -1);
+}
+
+extern "C" int gp_cu_matmul_glu(gp_cu *d, float *y, const float *gu, const gp_cu_wt *w, const gp_cu_wt *bias,
+                                int32_t n, int32_t act, int accum) {
+    return matmul(d, y, gu, w, bias, n, accum, act);
+}
+
+/* wide [rows*cols] = W widened to float32 */
+template <int DT>
+__global__ void widen_kernel(float *__restrict__ out, const void *__restrict__ W, int64_t n) {
+    pdl_enter();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = vec_traits<DT>::one(W, i);
+}
+
+/* y [n, rows] += bias [rows] */
+__global__ void bias_kernel(float *__restrict__ y, const void *__restrict__ b, int dt, int64_t rows, int64_t total) {
+    pdl_enter();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += bias_at(b, dt, i % rows);
+}
+
+extern "C" int gp_cu_matmul_cublas(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias,
+                                   int32_t n, float *wide) {
+    if (n <= 0 || w->rows <= 0) return 0;
+    cudaStream_t s = gp_cu_stream(d);
+    const float *A = (const float *)w->data;
+    const int64_t total = w->rows * w->cols;
+    if (w->dtype != GP_CU_F32) {
+        const int blocks = (int)((total + 255) / 256 < 65536 ? (total + 255) / 256 : 65536);
+        if (w->dtype == GP_CU_BF16) launch(widen_kernel<GP_CU_BF16>, blocks, 256, 0, s, wide, w->data, total);
+        else launch(widen_kernel<GP_CU_F16>, blocks, 256, 0, s, wide, w->data, total);
+        A = wide;
+    }
+    /* column-major view: Y^T [rows, n] = (W^T)^T [rows, cols] @ X^T [cols, n] */
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st = cublasGemmEx(gp_cu_blas(d), CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one, A,
+                                     CUDA_R_32F, (int)w->cols, x, CUDA_R_32F, (int)w->cols, &zero, y, CUDA_R_32F,
+                                     (int)w->rows, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) return 100000 + (int)st;
+    if (bias && bias->data) {
+        const int64_t t = w->rows * (int64_t)n;
+        const int blocks = (int)((t + 255) / 256 < 65536 ? (t + 255) / 256 : 65536);
+        launch(bias_kernel, blocks, 256, 0, s, y, bias->data, bias->dtype, w->rows, t);
+    }
+    return (int)cudaGetLastError();
+}
