@@ -21,17 +21,21 @@ static void capture(gp_ctx *c, const gp_eval_opts *o, int32_t idx, const float *
             be->ops->download(be, o->hidden_out + ((size_t)j * n_total + t0) * E, x, (size_t)n * E * sizeof(float));
 }
 
-/* The attention block of layer l: x += o_proj(attention(rope(q), rope(k), v over the cache)) [post-norm]. */
-static void attention_block(gp_ctx *c, int32_t l, int32_t n, int32_t pos0) {
+/* The attention block of layer l: x += o_proj(attention(rope(q), rope(k), v over the cache)) [post-norm].  The n rows
+ * of cs[0]'s buffers belong to n_seq contexts, n / n_seq consecutive rows each (one context's chunk, or one token of
+ * each sequence of a batch): the projections run on all rows at once (one pass over the weights), rope and attention
+ * per context at its own cache's position. */
+static void attention_block(gp_ctx *const *cs, int32_t n_seq, int32_t l, int32_t n) {
+    gp_ctx *c = cs[0];
     const gp_model *m = c->m;
     const gp_config *cfg = &m->cfg;
     const gp_arch *a = &cfg->arch;
     const gp_backend_ops *B = m->be->ops;
     gp_ws *ws = c->ws;
     const gp_layer *L = &m->layers[l];
-    const int32_t E = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
+    const int32_t E = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads, r = n / n_seq;
+    const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
     const int po = a->norm_plus_one;
-    gp_cache *kc = gp_ctx_cache(c);
 
     B->rmsnorm(ws, c->h, c->x, &L->attn_norm, n, E, cfg->norm_eps, po);
     B->linear(ws, c->q, c->h, &L->q, n);
@@ -43,14 +47,19 @@ static void attention_block(gp_ctx *c, int32_t l, int32_t n, int32_t pos0) {
     }
     /* the model's sliding window picks the rope base */
     const float *inv_freq = cfg->window[l] > 0 ? m->inv_freq_sliding : m->inv_freq_full;
-    B->rope(ws, c->q, n, nh, hd, pos0, inv_freq);
-    B->rope(ws, c->k, n, nkv, hd, pos0, inv_freq);
-    gp_kv_desc kv;
-    gp_cache_stage(kc, ws, l, c->k, c->v, n, &kv);
-    const gp_attn_args args = {.out = c->att, .q = c->q, .kv = &kv, .n = n, .pos0 = pos0, .n_heads = nh,
-                               .n_kv = nkv, .head_dim = hd, .scale = a->attn_scale, .softcap = a->attn_softcap};
-    B->attention(ws, &args);
-    gp_cache_commit(kc, ws, l, n);
+    for (int32_t i = 0; i < n_seq; i++) {
+        gp_cache *kc = gp_ctx_cache(cs[i]);
+        const int32_t pos = gp_cache_n_past(kc);
+        float *q = c->q + i * r * Q, *k = c->k + i * r * KV, *v = c->v + i * r * KV;
+        B->rope(ws, q, r, nh, hd, pos, inv_freq);
+        B->rope(ws, k, r, nkv, hd, pos, inv_freq);
+        gp_kv_desc kv;
+        gp_cache_stage(kc, ws, l, k, v, r, &kv);
+        const gp_attn_args args = {.out = c->att + i * r * Q, .q = q, .kv = &kv, .n = r, .pos0 = pos, .n_heads = nh,
+                                   .n_kv = nkv, .head_dim = hd, .scale = a->attn_scale, .softcap = a->attn_softcap};
+        B->attention(ws, &args);
+        gp_cache_commit(kc, ws, l, r);
+    }
     B->linear(ws, c->h, c->att, &L->o, n);
     if (a->sandwich_norms) B->rmsnorm(ws, c->h, c->h, &L->attn_post_norm, n, E, cfg->norm_eps, po);
     B->add(ws, c->x, c->h, (int64_t)n * E);
@@ -84,12 +93,12 @@ void gp_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_op
     gp_backend *be = m->be;
     const gp_backend_ops *B = be->ops;
     gp_ws *ws = c->ws;
-    const int32_t E = cfg->n_embd, pos0 = gp_cache_n_past(gp_ctx_cache(c));
+    const int32_t E = cfg->n_embd;
 
     B->embed(ws, c->x, ids, n, &m->tok_embd, a->scale_embeddings ? (float)sqrt((double)E) : 1.0f);
     capture(c, o, 0, c->x, n, t0, n_total, E);
     for (int32_t l = 0; l < cfg->n_layers; l++) {
-        attention_block(c, l, n, pos0);
+        attention_block(&c, 1, l, n);
         ffn_block(c, l, n);
         gp_steer_apply(&c->steer, ws, l, c->x, n, E);
         if (l + 1 < cfg->n_layers) capture(c, o, l + 1, c->x, n, t0, n_total, E);
@@ -108,48 +117,6 @@ void gp_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_op
     gp_cache_advance(gp_ctx_cache(c), n);
 }
 
-/* The attention block of layer l for a batch: row i of cs[0]'s buffers is sequence i, at its own cache's position;
- * the projections run on all n rows at once (one pass over the weights), rope and attention per row on that
- * sequence's cache. */
-static void attention_rows(gp_ctx *const *cs, int32_t l, int32_t n) {
-    gp_ctx *c = cs[0];
-    const gp_model *m = c->m;
-    const gp_config *cfg = &m->cfg;
-    const gp_arch *a = &cfg->arch;
-    const gp_backend_ops *B = m->be->ops;
-    gp_ws *ws = c->ws;
-    const gp_layer *L = &m->layers[l];
-    const int32_t E = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
-    const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
-    const int po = a->norm_plus_one;
-
-    B->rmsnorm(ws, c->h, c->x, &L->attn_norm, n, E, cfg->norm_eps, po);
-    B->linear(ws, c->q, c->h, &L->q, n);
-    B->linear(ws, c->k, c->h, &L->k, n);
-    B->linear(ws, c->v, c->h, &L->v, n);
-    if (a->qk_norm) {
-        B->rmsnorm(ws, c->q, c->q, &L->q_norm, n * nh, hd, cfg->norm_eps, po);
-        B->rmsnorm(ws, c->k, c->k, &L->k_norm, n * nkv, hd, cfg->norm_eps, po);
-    }
-    const float *inv_freq = cfg->window[l] > 0 ? m->inv_freq_sliding : m->inv_freq_full;
-    for (int32_t i = 0; i < n; i++) {
-        gp_cache *kc = gp_ctx_cache(cs[i]);
-        const int32_t pos = gp_cache_n_past(kc);
-        float *q = c->q + i * Q, *k = c->k + i * KV, *v = c->v + i * KV;
-        B->rope(ws, q, 1, nh, hd, pos, inv_freq);
-        B->rope(ws, k, 1, nkv, hd, pos, inv_freq);
-        gp_kv_desc kv;
-        gp_cache_stage(kc, ws, l, k, v, 1, &kv);
-        const gp_attn_args args = {.out = c->att + i * Q, .q = q, .kv = &kv, .n = 1, .pos0 = pos, .n_heads = nh,
-                                   .n_kv = nkv, .head_dim = hd, .scale = a->attn_scale, .softcap = a->attn_softcap};
-        B->attention(ws, &args);
-        gp_cache_commit(kc, ws, l, 1);
-    }
-    B->linear(ws, c->h, c->att, &L->o, n);
-    if (a->sandwich_norms) B->rmsnorm(ws, c->h, c->h, &L->attn_post_norm, n, E, cfg->norm_eps, po);
-    B->add(ws, c->x, c->h, (int64_t)n * E);
-}
-
 void gp_forward_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, float *logits) {
     gp_ctx *c = cs[0];
     const gp_model *m = c->m;
@@ -162,7 +129,7 @@ void gp_forward_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, float *l
 
     B->embed(ws, c->x, ids, n, &m->tok_embd, a->scale_embeddings ? (float)sqrt((double)E) : 1.0f);
     for (int32_t l = 0; l < cfg->n_layers; l++) {
-        attention_rows(cs, l, n);
+        attention_block(cs, n, l, n);
         ffn_block(c, l, n);
         for (int32_t i = 0; i < n; i++) gp_steer_apply(&cs[i]->steer, ws, l, c->x + (int64_t)i * E, 1, E);
     }
