@@ -115,6 +115,8 @@ gp_status cli_model_load(const char *name, gp_model **out);
 void cli_print_result_json(const gp_gen_result *r, const int32_t *ids, int32_t n_ids, const gp_ctx *c,
                            int32_t cached_before, const char *extra);
 
+/* Prints ,"logprobs":[{"id":..,"logprob":..[,"top":[..]]},..] for r->logprobs (with the top-N when kept). */
+void cli_print_logprobs_json(const gp_gen_result *r);
 /* Prints the beam-search fields of a result (",\"sequences\":...,\"sequence_scores\":...,\"sequence_texts\":..."). */
 void cli_print_sequences_json(const gp_gen_result *r);
 

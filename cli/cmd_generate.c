@@ -271,22 +271,7 @@ static void print_json(const gp_gen_result *r, const int32_t *ids, int32_t n_ids
     print_ids(r->tokens, r->n_tokens);
     printf(",\"text\":");
     cli_json_string(stdout, r->text ? r->text : "", r->text ? r->text_len : 0);
-    if (r->logprobs) {
-        printf(",\"logprobs\":[");
-        for (int32_t k = 0; k < r->n_tokens; k++) {
-            printf("%s{\"id\":%d,\"logprob\":%.9g", k ? "," : "", r->tokens[k], (double)r->logprobs[k]);
-            if (r->top_logprobs) {
-                printf(",\"top\":[");
-                for (int32_t t = 0; t < r->n_top; t++) {
-                    const gp_top_logprob *e = &r->top_logprobs[(size_t)k * (size_t)r->n_top + (size_t)t];
-                    printf("%s{\"id\":%d,\"logprob\":%.9g}", t ? "," : "", e->id, (double)e->logprob);
-                }
-                putchar(']');
-            }
-            putchar('}');
-        }
-        putchar(']');
-    }
+    if (r->logprobs) cli_print_logprobs_json(r);
     if (r->n_sequences > 0) cli_print_sequences_json(r);
     if (o->co.messages) cli_print_reply_fields(stdout, r->text, r->text ? r->text_len : 0);
     int gen_steps = r->n_tokens > 0 ? r->n_tokens - 1 : 0; /* the first token comes from the prefill */

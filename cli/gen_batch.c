@@ -31,7 +31,7 @@ void cli_print_sequences_json(const gp_gen_result *r) {
     putchar(']');
 }
 
-static void print_logprobs(const gp_gen_result *r) {
+void cli_print_logprobs_json(const gp_gen_result *r) {
     printf(",\"logprobs\":[");
     for (int32_t k = 0; k < r->n_tokens; k++) {
         printf("%s{\"id\":%d,\"logprob\":%.9g", k ? "," : "", r->tokens[k], (double)r->logprobs[k]);
@@ -57,7 +57,7 @@ void cli_print_result_json(const gp_gen_result *r, const int32_t *ids, int32_t n
     printf(",\"text\":");
     cli_json_string(stdout, r->text ? r->text : "", r->text ? r->text_len : 0);
     if (r->n_sequences > 0) cli_print_sequences_json(r);
-    if (r->logprobs) print_logprobs(r);
+    if (r->logprobs) cli_print_logprobs_json(r);
     int gen_steps = r->n_tokens > 0 ? r->n_tokens - 1 : 0; /* the first token comes from the prefill */
     printf(",\"finish_reason\":\"%s\",\"prompt_tokens_per_s\":%.3f,\"generation_tokens_per_s\":%.3f,"
            "\"peak_memory_bytes\":%llu,\"kv_cache_bytes\":%llu,\"prompt_cache_tokens\":%d%s}\n",
