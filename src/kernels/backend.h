@@ -35,6 +35,10 @@ typedef enum gp_wfmt {
     GP_WFMT_F32 = 0,  /* float32 [rows, cols] */
     GP_WFMT_BF16 = 1, /* bfloat16 [rows, cols] */
     GP_WFMT_F16 = 2,  /* IEEE half [rows, cols] */
+    GP_WFMT_QAFFINE = 3, /* MLX affine, `bits` (2,3,4,5,6,8) per value: row r is a little-endian bit stream of cols
+                          * unsigned q (value i at bits i*bits.., so 4-bit value j of a uint32 word at bits 4j..);
+                          * w = scale * q + bias (float32: scale*q, then + bias) with scale and bias of group
+                          * i / group_size of the row, scales/biases [rows, cols / group_size] */
     GP_WFMT_COUNT     /* number of formats (keep last) */
 } gp_wfmt;
 
@@ -73,6 +77,7 @@ static inline uint64_t gp_wt_bytes(const gp_wt *w) {
     const uint64_t n = (uint64_t)w->rows * (uint64_t)w->cols;
     uint64_t b = w->format == GP_WFMT_F32 ? 4 * n : w->format == GP_WFMT_BF16 || w->format == GP_WFMT_F16 ? 2 * n
                                                                                   : (n * (uint64_t)w->bits + 7) / 8;
+    /* quantized: rows * cols * bits / 8 packed bytes (cols * bits is a multiple of 32) */
     if (w->group_size > 0) {
         const uint64_t g = (uint64_t)w->rows * (uint64_t)((w->cols + w->group_size - 1) / w->group_size);
         if (w->scales.data) b += g * gp_dtype_size(w->scales.dtype);

@@ -253,7 +253,8 @@ static gp_status parse(const gp_jobj *o, gp_config *c) {
     c->bos_id = -1;
     c->n_eos = 0;
     if ((s = gp_json_i32(o, "bos_token_id", 0, c->n_vocab - 1, &c->bos_id))) return s;
-    return gp_json_ids(o, "eos_token_id", c->n_vocab - 1, c->eos_ids, GP_MAX_EOS, &c->n_eos);
+    if ((s = gp_json_ids(o, "eos_token_id", c->n_vocab - 1, c->eos_ids, GP_MAX_EOS, &c->n_eos))) return s;
+    return gp_quant_parse(o, &c->quant);
 }
 
 gp_status gp_config_parse(const char *path, const char *text, gp_config *cfg) {
@@ -304,6 +305,7 @@ void gp_config_free(gp_config *cfg) {
     if (!cfg) return;
     free(cfg->window);
     cfg->window = NULL;
+    gp_quant_free(&cfg->quant);
 }
 
 void gp_rope_inv_freq(const gp_rope *r, int32_t head_dim, float *inv_freq) {

@@ -5,6 +5,7 @@
 
 #include "genparity.h"
 #include "kernels/backend.h" /* gp_act */
+#include "model/quant.h"
 
 #include <stdint.h>
 
@@ -50,6 +51,7 @@ typedef struct gp_config {
     int32_t bos_id;
     int32_t eos_ids[GP_MAX_EOS];
     int32_t n_eos;
+    gp_quant quant;          /* MLX affine quantization ("quantization"); bits 0 = none */
 } gp_config;
 
 /* Parses DIR/config.json into *cfg.  Errors name the file and the field.  Free with gp_config_free. */

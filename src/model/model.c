@@ -104,9 +104,16 @@ static gp_status bind(gp_model *m, gp_wt *w, const char *name, int64_t rows, int
         return gp_set_error(GP_ERR_MISSING, "%s: tensor '%s' is missing (%s needs it)", m->dir, name,
                             m->cfg.arch_name);
     }
+    if (t->dtype == GP_DTYPE_U32 && cols) {
+        gp_wt view;
+        gp_status s = gp_quant_view(m->st, &m->cfg.quant, name, t, rows, cols, &view);
+        return s ? s : m->be->ops->bind_weight(m->be, &view, w);
+    }
     const int fmt = gp_wfmt_of_dtype(t->dtype);
     if (fmt < 0)
-        return gp_set_error(GP_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported (F32, BF16, F16)", t->file,
+        return gp_set_error(GP_ERR_UNSUPPORTED,
+                            "%s: tensor '%s': dtype %s is not supported (F32, BF16, F16; U32 for MLX-quantized weights)",
+                            t->file,
                             name, gp_dtype_name(t->dtype));
     int ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols) : (t->ndim == 1 && t->shape[0] == rows);
     if (!ok) {

@@ -16,9 +16,46 @@ static void widen_f16(const gp_wt *w, int64_t r, float *dst) {
     const uint16_t *s = (const uint16_t *)w->data + r * w->cols;
     for (int64_t i = 0; i < w->cols; i++) dst[i] = gp_f16_to_f32(s[i]);
 }
+/* A scale or bias of a quantized weight (element i of the aux tensor) as float32. */
+static float aux_at(const gp_wt_aux *a, int64_t i) {
+    if (a->dtype == GP_DTYPE_BF16) return gp_bf16_to_f32(((const uint16_t *)a->data)[i]);
+    if (a->dtype == GP_DTYPE_F16) return gp_f16_to_f32(((const uint16_t *)a->data)[i]);
+    return ((const float *)a->data)[i];
+}
+
+/* Unsigned value i of a little-endian bit stream of `bits`-bit values (bits <= 8). */
+static inline uint32_t qbits_at(const uint8_t *p, int64_t i, int bits, int64_t nbytes) {
+    const int64_t off = i * bits, byte = off >> 3;
+    const int sh = (int)(off & 7);
+    uint32_t v = p[byte];
+    if (sh + bits > 8 && byte + 1 < nbytes) v |= (uint32_t)p[byte + 1] << 8;
+    return (v >> sh) & ((1u << bits) - 1);
+}
+
+/* MLX affine: dst[i] = scale * q + bias (two float32 operations; scale * q is exact for bf16/f16 scales). */
+static void widen_qaffine(const gp_wt *w, int64_t r, float *dst) {
+    const int64_t C = w->cols, gs = w->group_size, G = C / gs, nb = C * w->bits / 8;
+    const uint8_t *p = (const uint8_t *)w->data + r * nb;
+    for (int64_t g = 0; g < G; g++) {
+        const float s = aux_at(&w->scales, r * G + g), b = aux_at(&w->biases, r * G + g);
+        float *d = dst + g * gs;
+        const int64_t i0 = g * gs;
+        if (w->bits == 4)
+            for (int64_t i = 0; i < gs; i++) d[i] = s * (float)((p[(i0 + i) >> 1] >> (((i0 + i) & 1) * 4)) & 15) + b;
+        else if (w->bits == 8)
+            for (int64_t i = 0; i < gs; i++) d[i] = s * (float)p[i0 + i] + b;
+        else
+            for (int64_t i = 0; i < gs; i++) d[i] = s * (float)qbits_at(p, i0 + i, w->bits, nb) + b;
+    }
+}
+
 static float at_f32(const gp_wt *w, int64_t i) { return ((const float *)w->data)[i]; }
 static float at_bf16(const gp_wt *w, int64_t i) { return gp_bf16_to_f32(((const uint16_t *)w->data)[i]); }
 static float at_f16(const gp_wt *w, int64_t i) { return gp_f16_to_f32(((const uint16_t *)w->data)[i]); }
+static float at_qaffine(const gp_wt *w, int64_t i) {
+    const int64_t g = i / w->group_size, nb = w->cols * w->bits / 8;
+    return aux_at(&w->scales, g) * (float)qbits_at((const uint8_t *)w->data, i, w->bits, nb) + aux_at(&w->biases, g);
+}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define X86(...) __VA_ARGS__
@@ -39,6 +76,7 @@ static const gp_cpu_format FORMATS[GP_WFMT_COUNT] = {
                      {[GP_SIMD_SCALAR] = {gp_scalar_matvec_f16, NULL},
                       [GP_SIMD_AVX2] = X86({gp_avx2_matvec_f16, NULL}),
                       [GP_SIMD_AVX512] = X86({gp_avx512_matvec_f16, gp_avx512_gemm_f16})}},
+    [GP_WFMT_QAFFINE] = {"qaffine", widen_qaffine, at_qaffine, {{NULL, NULL}}},
 };
 
 const gp_cpu_format *gp_cpu_format_of(gp_wfmt f) {
