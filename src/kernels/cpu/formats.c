@@ -1,6 +1,7 @@
 /* formats.c — the CPU per-format traits table (formats.h): rows for f32, bf16 and f16, and the generic kernels a
  * row without its own SIMD kernel uses (widen each weight row to float32 once, then the path's dot product). */
 #include "kernels/cpu/formats.h"
+#include "kernels/cpu/qaffine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -64,19 +65,22 @@ static float at_qaffine(const gp_wt *w, int64_t i) {
 #endif
 
 static const gp_cpu_format FORMATS[GP_WFMT_COUNT] = {
-    [GP_WFMT_F32] = {"f32", widen_f32, at_f32,
+    [GP_WFMT_F32] = {"f32", widen_f32, at_f32, NULL,
                      {[GP_SIMD_SCALAR] = {gp_scalar_matvec_f32, NULL},
                       [GP_SIMD_AVX2] = X86({gp_avx2_matvec_f32, NULL}),
                       [GP_SIMD_AVX512] = X86({gp_avx512_matvec_f32, gp_avx512_gemm_f32})}},
-    [GP_WFMT_BF16] = {"bf16", widen_bf16, at_bf16,
+    [GP_WFMT_BF16] = {"bf16", widen_bf16, at_bf16, NULL,
                       {[GP_SIMD_SCALAR] = {gp_scalar_matvec_bf16, NULL},
                        [GP_SIMD_AVX2] = X86({gp_avx2_matvec_bf16, NULL}),
                        [GP_SIMD_AVX512] = X86({gp_avx512_matvec_bf16, gp_avx512_gemm_bf16})}},
-    [GP_WFMT_F16] = {"f16", widen_f16, at_f16,
+    [GP_WFMT_F16] = {"f16", widen_f16, at_f16, NULL,
                      {[GP_SIMD_SCALAR] = {gp_scalar_matvec_f16, NULL},
                       [GP_SIMD_AVX2] = X86({gp_avx2_matvec_f16, NULL}),
                       [GP_SIMD_AVX512] = X86({gp_avx512_matvec_f16, gp_avx512_gemm_f16})}},
-    [GP_WFMT_QAFFINE] = {"qaffine", widen_qaffine, at_qaffine, {{NULL, NULL}}},
+    [GP_WFMT_QAFFINE] = {"qaffine", widen_qaffine, at_qaffine, gp_cpu_qaffine_fast,
+                         {[GP_SIMD_SCALAR] = {NULL, NULL},
+                          [GP_SIMD_AVX2] = X86({gp_avx2_matvec_qaffine, NULL}),
+                          [GP_SIMD_AVX512] = X86({gp_avx2_matvec_qaffine, NULL})}},
 };
 
 const gp_cpu_format *gp_cpu_format_of(gp_wfmt f) {
@@ -104,7 +108,7 @@ static void matvec_generic(const gp_simd_kernels *K, const gp_cpu_format *F, flo
 void gp_cpu_matvec(const gp_simd_kernels *K, float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
     const gp_cpu_format *F = gp_cpu_format_of(w->format);
     if (!F) return; /* the binder admits only formats of this table */
-    if (F->path[K->id].matvec) F->path[K->id].matvec(y, w, r0, r1, x);
+    if (F->path[K->id].matvec && (!F->fast || F->fast(w))) F->path[K->id].matvec(y, w, r0, r1, x);
     else matvec_generic(K, F, y, w, r0, r1, x);
 }
 
@@ -114,7 +118,7 @@ void gp_cpu_gemm(const gp_simd_kernels *K, float *y, int64_t ldy, const gp_wt *w
                  const float *x, int32_t n) {
     const gp_cpu_format *F = gp_cpu_format_of(w->format);
     if (!F) return;
-    if (F->path[K->id].gemm) {
+    if (F->path[K->id].gemm && (!F->fast || F->fast(w))) {
         F->path[K->id].gemm(y, ldy, w, r0, r1, x, n);
         return;
     }

@@ -15,6 +15,8 @@ typedef struct gp_cpu_format {
     void (*widen)(const gp_wt *w, int64_t r, float *dst);
     /* element i of row 0 (vector weights: norms, biases) */
     float (*at)(const gp_wt *w, int64_t i);
+    /* 1 when the path kernels below take this weight (NULL = always; e.g. quantized: only 4 and 8 bits) */
+    int (*fast)(const gp_wt *w);
     /* per SIMD path (gp_simd_id); NULL = the generic kernels below */
     struct {
         gp_matvec_fn matvec;
