@@ -56,6 +56,21 @@ int cmd_validate(int argc, char **argv);
 
 /* Context flags (threads, chunk, n_ctx, KV cache kind): returns 1 if argv[*i] was one (value consumed), 0 if not,
  * -1 on a bad value (message printed). */
+/* --adapter DIR[:SCALE] (repeatable; cli/adapters.c): the flags as given, then the loaded adapters. */
+#define CLI_MAX_ADAPTERS 8
+typedef struct cli_adapters {
+    char dir[CLI_MAX_ADAPTERS][1024];
+    float scale[CLI_MAX_ADAPTERS];
+    gp_adapter *loaded[CLI_MAX_ADAPTERS];
+    int n;
+} cli_adapters;
+/* argv[*i] == "--adapter": consumes its value into a; 1 when taken, 0 when not this flag, -1 after printing. */
+int cli_adapter_flag(int argc, char **argv, int *i, cli_adapters *a);
+/* Loads every listed adapter for m; 0, or -1 after printing (cli_adapters_free frees what was loaded). */
+int cli_adapters_load(const gp_model *m, cli_adapters *a);
+/* Sets the loaded adapters on c (nothing when none); 0 or -1 after printing. */
+int cli_adapters_set(gp_ctx *c, const cli_adapters *a);
+void cli_adapters_free(cli_adapters *a);
 int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p);
 void cli_ctx_flags_help(FILE *f);
 int cmd_make_model(int argc, char **argv);

@@ -28,6 +28,9 @@ static void help(FILE *f) {
             "  --resample-on-suspect  when a generated line looks pathological (gp_text_suspect), draw once more\n"
             "                       with the next seed and keep that (json: resampled, suspect_lines, lines)\n"
             "\n"
+            "  --adapter DIR[:SCALE]  LoRA adapter folder (mlx-lm or PEFT layout), its scale multiplied by SCALE;\n"
+            "                       repeatable (terms add up); applied unfused, the model is not modified\n"
+            "\n"
             "steering (repeatable: each --steer-vector starts a hook; the flags after it set its layer/alpha/ramp):\n"
             "  --steer-vector FILE[:TENSOR]  vector (.safetensors[:tensor], .npy or raw float32) added to a layer's output\n"
             "  --steer-layer L      0-based decoder layer whose output gets alpha * vector at every position\n"
@@ -112,6 +115,7 @@ typedef struct gopts {
     int n_sf;
     gp_ctx_params cp;
     cli_chat_opts co; /* --messages, --tools, --kwargs, --now, --continue, --save-cache, --stop-on-special */
+    cli_adapters ad;  /* --adapter DIR[:SCALE] */
 } gopts;
 
 /* One flag that takes a value (argv[*i] = flag, value consumed).  Returns 0, or 2 after printing. */
@@ -170,7 +174,8 @@ static int parse_args(int argc, char **argv, gopts *o) {
             *(a[2] == 'i' ? &o->ignore_eos : a[2] == 'm' ? &o->mlock : &o->resample) = 1;
             continue;
         }
-        int gf = cli_chat_flag(argc, argv, &i, &o->co);
+        int gf = cli_adapter_flag(argc, argv, &i, &o->ad);
+        if (gf == 0) gf = cli_chat_flag(argc, argv, &i, &o->co);
         if (gf == 0) gf = cli_gen_flag(argc, argv, &i, &scratch);
         if (gf == 0) gf = cli_ctx_flag(argc, argv, &i, &o->cp);
         if (gf < 0) return 2;
@@ -306,8 +311,10 @@ static int run(const gopts *o, int argc, char **argv, int32_t *ids, int32_t n_id
         gp_model_free(m);
         return rc;
     }
+    cli_adapters ad = o->ad; /* the flags; loaded below */
     int rc = prompt_tokens(o, tok, &ids, &n_ids);
     if (rc < 0 && gp_ctx_init(m, &o->cp, &c) != GP_OK) rc = cli_fail("creating the context");
+    if (rc < 0 && (cli_adapters_load(m, &ad) || cli_adapters_set(c, &ad))) rc = 1;
     if (rc < 0 && apply_steering(c, m, o->sf, o->n_sf, o->lb_spec, o->lb_alpha)) rc = 1;
     if (rc < 0) rc = load_prompt_cache(o, c, ids, n_ids);
     if (rc < 0) {
@@ -332,6 +339,7 @@ static int run(const gopts *o, int argc, char **argv, int32_t *ids, int32_t n_id
     }
     gp_gen_result_free(&r);
     gp_ctx_free(c);
+    cli_adapters_free(&ad);
     gp_free(ids);
     gp_model_free(m);
     return rc;

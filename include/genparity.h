@@ -381,6 +381,37 @@ gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha);
  * Returns GP_OK and *vec (caller frees with gp_free) of *n floats. */
 gp_status gp_steer_vector_load(const char *spec, float **vec, int32_t *n);
 
+/* ---- LoRA adapters (applied unfused: every targeted linear adds scale * (x A^T) B^T to its output) ---- */
+
+typedef struct gp_adapter gp_adapter; /* a loaded adapter: immutable, shareable by every context of its model */
+
+/* Loads the LoRA adapter in folder dir for model m: mlx-lm's layout (adapters.safetensors with ...lora_a [in, r] /
+ * ...lora_b [r, out], adapter_config.json with fine_tune_type, num_layers, lora_parameters {rank, scale, keys}) or
+ * PEFT's (adapter_model.safetensors with ...lora_A.weight [r, in] / ...lora_B.weight [out, r], adapter_config.json
+ * with r, lora_alpha, use_rslora, target_modules, layers_to_transform).  Any base format works (bf16, quantized).
+ * An adapter for another model (shapes, modules that do not exist), DoRA, trained biases, modules_to_save or
+ * per-module rank/alpha patterns are errors naming the file and field; nothing is applied partially.  Returns
+ * GP_OK and *out (free with gp_adapter_free, after every context using it has dropped it; it must not outlive m). */
+gp_status gp_adapter_load(const gp_model *m, const char *dir, gp_adapter **out);
+
+/* Frees an adapter; NULL is a no-op. */
+void gp_adapter_free(gp_adapter *a);
+
+/* Rank r of the adapter's terms, number of targeted linears, its scale (mlx-lm scale, or PEFT's lora_alpha / r, or
+ * lora_alpha / sqrt(r) with use_rslora) and a 64-bit identity (hash of its files): what caches record. */
+int32_t gp_adapter_rank(const gp_adapter *a);
+int32_t gp_adapter_n_targets(const gp_adapter *a);
+float gp_adapter_scale(const gp_adapter *a);
+uint64_t gp_adapter_id(const gp_adapter *a);
+
+/* Makes adapters[0..n) (each of c's model, each multiplied by scales[i], scales NULL = 1) the context's adapters,
+ * replacing the previous set; n = 0 removes them.  The model is not touched: other contexts keep theirs.  The
+ * context keeps the pointers (the adapters must stay loaded while set).  When the set changes, positions already in
+ * the caches were computed under the old set: they are never reused for a new prompt (gp_generate / prefix reuse),
+ * and a cache file records the set it was built with.  Returns GP_OK, GP_ERR_INVALID_ARG (an adapter of another
+ * model, n < 0 or > 16) or GP_ERR_NOMEM; on error the context keeps its previous set. */
+gp_status gp_ctx_set_adapters(gp_ctx *c, gp_adapter *const *adapters, const float *scales, int32_t n);
+
 /* Suspect-line heuristics of the steering validation harness (`genparity validate`): flags of gp_text_suspect. */
 #define GP_SUSPECT_DIGIT_RUN 1u    /* a run of 8 or more consecutive digits */
 #define GP_SUSPECT_LATEX 2u        /* LaTeX-like markup: \begin{ or \frac, or two or more \word commands, or ^{ / _{ */

@@ -28,14 +28,15 @@ static void help(FILE *f) {
             "  --max-queue M      requests that may wait for a slot (default 64)\n"
             "  --api-key KEY      require 'Authorization: Bearer KEY' on /v1/* (default: none)\n"
             "  --max-body BYTES   largest request body (default 1048576); larger ones get 413\n"
-            "  --adapter DIR      LoRA adapter (needs the library's adapter API; refused until it exists)\n"
+            "  --adapter DIR[:SCALE]  LoRA adapter (mlx-lm or PEFT folder) applied in every slot; repeatable\n"
             "\n"
             "context flags apply to every slot:\n");
     cli_ctx_flags_help(f);
 }
 
 typedef struct serve_opts {
-    const char *model, *host, *api_key, *adapter;
+    const char *model, *host, *api_key;
+    cli_adapters ad;
     int32_t port, parallel, max_queue, max_body;
 } serve_opts;
 
@@ -44,11 +45,12 @@ static int parse_flags(int argc, char **argv, serve_opts *o, gp_ctx_params *cp) 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return help(stdout), 1;
-        int cf = cli_ctx_flag(argc, argv, &i, cp);
+        int cf = cli_adapter_flag(argc, argv, &i, &o->ad);
+        if (cf == 0) cf = cli_ctx_flag(argc, argv, &i, cp);
         if (cf < 0) return -1;
         if (cf > 0) continue;
         const char **str = !strcmp(a, "--model") ? &o->model : !strcmp(a, "--host") ? &o->host
-                         : !strcmp(a, "--api-key") ? &o->api_key : !strcmp(a, "--adapter") ? &o->adapter : NULL;
+                         : !strcmp(a, "--api-key") ? &o->api_key : NULL;
         int32_t *num = !strcmp(a, "--port") ? &o->port : !strcmp(a, "--parallel") ? &o->parallel
                      : !strcmp(a, "--max-queue") ? &o->max_queue : !strcmp(a, "--max-body") ? &o->max_body : NULL;
         if (!str && !num) return cli_unknown(a), -1;
@@ -106,11 +108,6 @@ int cmd_serve(int argc, char **argv) {
     gp_ctx_params cp = gp_ctx_default_params();
     int pr = parse_flags(argc, argv, &o, &cp);
     if (pr) return pr > 0 ? 0 : 2;
-    if (o.adapter) {
-        fprintf(stderr, "genparity serve: --adapter needs the library's LoRA adapter API (issue 11), which this "
-                        "build does not have yet\n");
-        return 2;
-    }
     if (!o.model) o.model = cli_default_model();
     server s = {.parallel = (int)o.parallel, .max_queue = (int)o.max_queue, .max_body = (size_t)o.max_body,
                 .api_key = o.api_key, .n_ctx = cp.n_ctx};
@@ -119,6 +116,12 @@ int cmd_serve(int argc, char **argv) {
     atomic_init(&s.next_id, 1);
     atomic_init(&s.active_requests, 0);
     if (gp_model_load(o.model, NULL, &s.model) != GP_OK) return cli_fail("loading the model");
+    if (cli_adapters_load(s.model, &o.ad)) {
+        cli_adapters_free(&o.ad);
+        gp_model_free(s.model);
+        return 1;
+    }
+    s.adapters = &o.ad;
     s.tok = gp_model_tokenizer(s.model);
     gp_status ts = s.tok ? gp_chat_template_load(o.model, &s.tmpl) : GP_ERR_MISSING;
     if (ts != GP_OK && ts != GP_ERR_MISSING)
@@ -149,6 +152,7 @@ int cmd_serve(int argc, char **argv) {
         rc = 0;
     }
     slots_stop(&s);
+    cli_adapters_free(&o.ad);
     gp_chat_template_free(s.tmpl);
     gp_model_free(s.model);
     pthread_mutex_destroy(&s.mu);

@@ -8,7 +8,7 @@ The entry points have mlx-lm's shape; generation knobs keep transformers' names:
     for r in genparity.stream_generate(model, tokenizer, "ROMEO:", max_tokens=8):
         print(r.text, r.token, r.logprobs.shape, r.finish_reason)
 """
-from ._core import (GenparityError, Model, PromptCache, SteeringHook, Tokenizer, parse_chat_reply,
+from ._core import (Adapter, GenparityError, Model, PromptCache, SteeringHook, Tokenizer, parse_chat_reply,
                     steering_vector_load)
 from ._ffi import LIB_PATH, lib as _lib
 from .generate import (GenerationResponse, generate, generate_ids, load, load_prompt_cache, make_prompt_cache,
@@ -16,6 +16,6 @@ from .generate import (GenerationResponse, generate, generate_ids, load, load_pr
 
 __version__ = _lib.gp_version().decode()
 
-__all__ = ["load", "generate", "stream_generate", "generate_ids", "make_prompt_cache", "save_prompt_cache",
+__all__ = ["Adapter", "load", "generate", "stream_generate", "generate_ids", "make_prompt_cache", "save_prompt_cache",
            "load_prompt_cache", "GenerationResponse", "GenparityError", "Model", "Tokenizer", "PromptCache",
            "SteeringHook", "steering_vector_load", "parse_chat_reply", "LIB_PATH", "__version__"]

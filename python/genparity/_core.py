@@ -184,8 +184,43 @@ class SteeringHook:
     steps: int = 0
 
 
+class Adapter:
+    """A LoRA adapter (mlx-lm or PEFT folder) loaded for one model; shareable by every cache of that model."""
+
+    def __init__(self, model: "Model", path: str):
+        h = c_void_p()
+        check(lib.gp_adapter_load(model._h, str(path).encode(), byref(h)))
+        self._h, self.model, self.path = h.value, model, str(path)
+        model._children += 1
+
+    @property
+    def rank(self) -> int:
+        return lib.gp_adapter_rank(self._h)
+
+    @property
+    def scale(self) -> float:
+        return lib.gp_adapter_scale(self._h)
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            lib.gp_adapter_free(self._h)
+            self._h = None
+            self.model._release()
+
+
+AdapterSpec = Sequence[Union["Adapter", tuple]]  # Adapter, or (Adapter, scale)
+
+
+def _set_adapters(ctx: int, adapters: AdapterSpec) -> None:
+    items = [a if isinstance(a, tuple) else (a, 1.0) for a in adapters]
+    hs = (c_void_p * max(1, len(items)))(*[a._h for a, _ in items])
+    sc = (ctypes.c_float * max(1, len(items)))(*[float(s) for _, s in items])
+    check(lib.gp_ctx_set_adapters(ctx, hs, sc, len(items)))
+
+
 class Model:
-    """A loaded model folder (immutable, shareable).  `model.tokenizer` is its tokenizer or None."""
+    """A loaded model folder (immutable, shareable).  `model.tokenizer` is its tokenizer or None.
+    `model.adapters` (set by load(adapter_path=...) or set_adapters) apply to every cache created afterwards."""
 
     def __init__(self, path: str):
         h = c_void_p()
@@ -196,6 +231,19 @@ class Model:
         self.tokenizer: Optional[Tokenizer] = Tokenizer(t, self) if t else None
         self._default_cache: Optional[PromptCache] = None
         self.lock = threading.Lock()
+        self.adapters: list = []
+        self._children = 0  # open caches and adapters of this model
+        self._close_pending = False
+
+    def load_adapter(self, path: str) -> Adapter:
+        """Loads a LoRA adapter folder for this model (GenparityError naming the file and field if it does not fit)."""
+        return Adapter(self, path)
+
+    def set_adapters(self, adapters: AdapterSpec) -> None:
+        """Adapters (Adapter or (Adapter, scale)) for caches created from now on, and for the default cache."""
+        self.adapters = list(adapters)
+        if self._default_cache is not None:
+            self._default_cache.set_adapters(self.adapters)
 
     def __del__(self):
         self.close()
@@ -206,6 +254,17 @@ class Model:
             if self._default_cache is not None:
                 self._default_cache.close()
                 self._default_cache = None
+            self.adapters = []
+            if self._children:  # caches or adapters still open: the last one to close frees the model (garbage
+                self._close_pending = True  # collection may finalize the model before them)
+                return
+            lib.gp_model_free(self._h)
+            self._h = None
+
+    def _release(self) -> None:
+        """A cache or adapter of this model was freed; frees the model when a close() was waiting for it."""
+        self._children -= 1
+        if self._close_pending and not self._children and self._h:
             lib.gp_model_free(self._h)
             self._h = None
 
@@ -278,6 +337,17 @@ class PromptCache:
         self.model = model
         self.lock = threading.RLock()
         self._steer_refs: list = []
+        self._adapters: list = []
+        model._children += 1
+        if model.adapters:
+            self.set_adapters(model.adapters)
+
+    def set_adapters(self, adapters: AdapterSpec) -> None:
+        """Replaces this cache's LoRA adapters (hot swap: the model is untouched; positions computed under the old
+        set are not reused for a new prompt)."""
+        with self.lock:
+            _set_adapters(self._h, adapters)
+            self._adapters = list(adapters)  # keeps them alive while set
 
     def __del__(self):
         self.close()
@@ -286,6 +356,7 @@ class PromptCache:
         if getattr(self, "_h", None):
             lib.gp_ctx_free(self._h)
             self._h = None
+            self.model._release()
 
     @property
     def tokens(self) -> list[int]:

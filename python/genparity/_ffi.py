@@ -194,6 +194,12 @@ _SIGS = {
     "gp_chat_template_render": (c_int, [c_void_p, POINTER(GpChatOpts), POINTER(ctypes.POINTER(ctypes.c_char)),
                                         POINTER(c_size_t)]),
     "gp_chat_parse_reply": (c_int, [ctypes.c_char_p, c_size_t, POINTER(ctypes.POINTER(ctypes.c_char))]),
+    "gp_adapter_load": (c_int, [c_void_p, c_char_p, POINTER(c_void_p)]),
+    "gp_adapter_free": (None, [c_void_p]),
+    "gp_adapter_rank": (c_int32, [c_void_p]),
+    "gp_adapter_n_targets": (c_int32, [c_void_p]),
+    "gp_adapter_scale": (c_float, [c_void_p]),
+    "gp_ctx_set_adapters": (c_int, [c_void_p, POINTER(c_void_p), POINTER(c_float), c_int32]),
 }
 
 # Optional functions (name -> (restype, argtypes)): bound when the library has them.

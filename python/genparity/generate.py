@@ -37,11 +37,11 @@ _PLAIN = {  # kwarg -> (field, type)
 
 def load(path_or_hf_repo: str, adapter_path: Optional[str] = None, tokenizer_config: Optional[dict] = None
          ) -> tuple[Model, Optional[Tokenizer]]:
-    """Loads a Hugging Face / MLX model folder; returns (model, tokenizer).  Raises GenparityError on bad files."""
-    if adapter_path is not None:
-        raise NotImplementedError("genparity: adapter_path needs the library's LoRA adapter loading (issue 11), "
-                                  "which this build of libgenparity.so does not expose yet")
+    """Loads a Hugging Face / MLX model folder (and a LoRA adapter folder, mlx-lm or PEFT layout, applied unfused);
+    returns (model, tokenizer).  Raises GenparityError on bad files."""
     m = Model(path_or_hf_repo)
+    if adapter_path is not None:  # mlx-lm's load(path, adapter_path=...): every cache of m runs the adapter
+        m.set_adapters([m.load_adapter(adapter_path)])
     return m, m.tokenizer
 
 

@@ -214,12 +214,16 @@ def test_bad_flags_exit_2_with_a_message(start_server):
     import subprocess
     from conftest import genparity_bin
     for args, words in [(["--port", "abc"], "--port"), (["--parallel", "0"], "--parallel"), (["--bogus"], "--bogus"),
-                        (["--max-queue"], "needs a value"), (["--adapter", "x"], "adapter")]:
+                        (["--max-queue"], "needs a value"), (["--adapter", ""], "--adapter")]:
         p = subprocess.run([str(genparity_bin()), "serve", *args], capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and words in p.stderr, (args, p.returncode, p.stderr)
     p = subprocess.run([str(genparity_bin()), "serve", "--model", "/nonexistent/model"], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 1 and "/nonexistent/model" in p.stderr
+    # an adapter folder that is not one: a load failure (exit 1) naming the missing file
+    p = subprocess.run([str(genparity_bin()), "serve", "--adapter", "/nonexistent/adapter"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1 and "adapter_config.json" in p.stderr, p.stderr
     srv = start_server(model_dir("tiny-llama"))
     port = srv.url.rsplit(":", 1)[1]
     p = subprocess.run([str(genparity_bin()), "serve", "--model", str(model_dir("tiny-llama")), "--port", port],

@@ -48,7 +48,7 @@ static gp_status alloc_activations(gp_ctx *x) {
     /* a query sees at most n_ctx keys, or max_kv_size with a rotating cache (positions grow without bound) */
     const int32_t seen = p->max_kv_size > 0 ? p->max_kv_size : p->n_ctx;
     const gp_ws_params wp = {.n_threads = p->n_threads, .max_tokens = p->prefill_chunk, .max_keys = seen,
-                             .head_dim = c->head_dim, .max_lora_rank = x->m->max_lora_rank};
+                             .head_dim = c->head_dim, .max_lora_rank = x->ws_lora_rank};
     gp_status s = be->ops->ws_init(be, &wp, &x->ws);
     if (s) return s;
     size_t C = (size_t)p->prefill_chunk, E = (size_t)c->n_embd, Q = (size_t)c->n_heads * (size_t)c->head_dim;
@@ -96,6 +96,9 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     if (!x) return GP_ERR_NOMEM;
     x->m = m;
     x->p = p;
+    x->layers = m->layers;
+    x->ws_lora_rank = m->max_lora_rank;
+    snprintf(x->lora_desc, sizeof x->lora_desc, "none");
     x->steer.be = m->be;
     x->kvp = (gp_kv_params){.n_ctx = p.n_ctx, .max_kv_size = p.max_kv_size, .keep = p.keep, .bits = p.kv_bits,
                             .group = p.kv_group_size, .q_start = p.quantized_kv_start};
@@ -128,6 +131,8 @@ void gp_ctx_free(gp_ctx *c) {
     if (c->ws) be->ops->ws_free(c->ws);
     gp_cuda_ctx_free(c->cuda);
     gp_steer_state_clear(&c->steer);
+    free(c->own_layers);
+    free(c->lora_terms);
     free(c);
 }
 
@@ -305,44 +310,20 @@ const char *gp_ctx_cache_name(const gp_ctx *c) { return c ? gp_cache_name(gp_ctx
 
 /* ---- cache files ---- */
 
-/* 64-bit hash of bytes, 8 at a time (fast enough to fingerprint a checkpoint's weights). */
-static uint64_t hash_bytes(uint64_t h, const void *data, size_t len) {
-    const unsigned char *p = data;
-    const uint64_t K = 0x9E3779B97F4A7C15ull;
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * K;
-        h ^= h >> 29;
-    }
-    for (; i < len; i++) h = (h ^ p[i]) * K;
-    return h ^ (h >> 32);
-}
-
-static uint64_t hash_file(const char *path) {
-    char *text;
-    size_t len;
-    if (!path || gp_read_file(path, 1u << 30, &text, &len) != GP_OK) return 0;
-    uint64_t h = hash_bytes(0xcbf29ce484222325ull, text, len);
-    free(text);
-    return h;
-}
-
 /* Model fingerprint: config.json bytes + every tensor's name, dtype, shape and bytes.  Computed once per model. */
 static uint64_t model_fingerprint(const gp_model *cm) {
     gp_model *m = (gp_model *)cm; /* the fingerprint is a lazily computed, immutable property of the model */
     pthread_mutex_lock(&m->fp_lock);
     if (!m->fingerprint) {
         char *cfg = gp_path_join(m->dir, "config.json");
-        uint64_t h = hash_file(cfg);
+        uint64_t h = gp_hash_file(cfg);
         free(cfg);
         for (int32_t i = 0; i < gp_st_count(m->st); i++) {
             const gp_tensor_view *t = gp_st_at(m->st, i);
-            h = hash_bytes(h, t->name, strlen(t->name));
-            h = hash_bytes(h, t->shape, sizeof t->shape);
-            h = hash_bytes(h, &t->dtype, sizeof t->dtype);
-            h = hash_bytes(h, t->data, t->nbytes);
+            h = gp_hash_bytes(h, t->name, strlen(t->name));
+            h = gp_hash_bytes(h, t->shape, sizeof t->shape);
+            h = gp_hash_bytes(h, &t->dtype, sizeof t->dtype);
+            h = gp_hash_bytes(h, t->data, t->nbytes);
         }
         m->fingerprint = h ? h : 1;
     }
@@ -353,7 +334,7 @@ static uint64_t model_fingerprint(const gp_model *cm) {
 
 static uint64_t tokenizer_hash(const gp_model *m) {
     char *p = gp_path_join(m->dir, "tokenizer.json");
-    uint64_t h = gp_file_exists(p) ? hash_file(p) : 0;
+    uint64_t h = gp_file_exists(p) ? gp_hash_file(p) : 0;
     free(p);
     return h;
 }
@@ -364,7 +345,7 @@ static void steer_desc(const gp_ctx *c, char *buf, size_t cap) {
     buf[0] = 0;
     for (int32_t i = 0; i < c->steer.n_hooks && k + 96 < cap; i++) {
         const gp_steer_hook *h = &c->steer.hooks[i].h;
-        uint64_t vh = hash_bytes(0, c->steer.hooks[i].vec, (size_t)c->m->cfg.n_embd * sizeof(float));
+        uint64_t vh = gp_hash_bytes(0, c->steer.hooks[i].vec, (size_t)c->m->cfg.n_embd * sizeof(float));
         k += (size_t)snprintf(buf + k, cap - k, "%s%d:%.9g:%d:%d:%016llx", i ? "," : "", h->layer, (double)h->alpha,
                               (int)h->schedule, h->steps, (unsigned long long)vh);
     }
@@ -396,7 +377,7 @@ gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
     steer_desc(c, steer, sizeof steer);
     const char *keys[] = {"model_fingerprint", "tokenizer_hash", "architecture", "steering_hooks", "logit_bias_vector",
                           "lora"};
-    const char *vals[] = {lc.fp, lc.th, c->m->cfg.arch_name, steer, c->steer.bias ? "set" : "none", "none"};
+    const char *vals[] = {lc.fp, lc.th, c->m->cfg.arch_name, steer, c->steer.bias ? "set" : "none", c->lora_desc};
     return gp_cache_save(gp_ctx_cache(c), path, keys, vals, 6);
 }
 
@@ -419,7 +400,8 @@ gp_status gp_ctx_cache_load(gp_ctx *c, const char *path) {
     int mixed = 1;
     if (gp_st_open_file(path, &st) == GP_OK) {
         was = gp_st_metadata(st, "steering_hooks");
-        mixed = !was || strcmp(was, now);
+        const char *lora = gp_st_metadata(st, "lora"); /* built under other adapters: never reused */
+        mixed = !was || strcmp(was, now) || !lora || strcmp(lora, c->lora_desc);
         gp_st_close(st);
     }
     gp_cache_set_provenance(kc, c->steer.epoch, mixed);
@@ -480,7 +462,7 @@ gp_status gp_ctx_eval_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, fl
     const gp_ctx *c0 = cs[0];
     for (int32_t i = 0; i < n; i++) {
         const gp_ctx *c = cs[i];
-        if (!c || c->m != c0->m || memcmp(&c->p, &c0->p, sizeof c->p) != 0)
+        if (!c || c->m != c0->m || memcmp(&c->p, &c0->p, sizeof c->p) != 0 || strcmp(c->lora_desc, c0->lora_desc))
             return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_eval_batch: context %d differs from context 0", (int)i);
         for (int32_t j = 0; j < i; j++)
             if (cs[j] == c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_eval_batch: context %d repeats", (int)i);

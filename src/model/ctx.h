@@ -27,6 +27,13 @@ struct gp_ctx {
     uint64_t scratch_bytes;
     gp_steer_state steer; /* residual hooks, logit-bias vector, forward step counter */
     gp_cuda_ctx *cuda;    /* device KV cache and scratch (p.device == GP_DEVICE_CUDA), else NULL */
+    /* LoRA adapters (gp_ctx_set_adapters): the layers the forward reads are the model's, or with adapters a copy
+     * whose linears list the context's low-rank terms */
+    const gp_layer *layers;   /* [n_layers]: m->layers or own_layers */
+    gp_layer *own_layers;
+    gp_lora *lora_terms;      /* storage of own_layers' gp_linear.lora arrays */
+    int32_t ws_lora_rank;     /* the workspace's max_lora_rank */
+    char lora_desc[512];      /* "none" or "id:scale,..." (cache files record it) */
 };
 
 static inline gp_cache *gp_ctx_cache(const gp_ctx *c) { return c->caches[c->cur]; }

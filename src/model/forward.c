@@ -32,7 +32,7 @@ static void attention_block(gp_ctx *const *cs, int32_t n_seq, int32_t l, int32_t
     const gp_arch *a = &cfg->arch;
     const gp_backend_ops *B = m->be->ops;
     gp_ws *ws = c->ws;
-    const gp_layer *L = &m->layers[l];
+    const gp_layer *L = &c->layers[l]; /* the model's, or the context's copy with LoRA terms */
     const int32_t E = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads, r = n / n_seq;
     const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
     const int po = a->norm_plus_one;
@@ -72,7 +72,7 @@ static void ffn_block(gp_ctx *c, int32_t l, int32_t n) {
     const gp_arch *a = &cfg->arch;
     const gp_backend_ops *B = m->be->ops;
     gp_ws *ws = c->ws;
-    const gp_layer *L = &m->layers[l];
+    const gp_layer *L = &c->layers[l]; /* the model's, or the context's copy with LoRA terms */
     const int32_t E = cfg->n_embd;
     const int po = a->norm_plus_one;
 

@@ -212,3 +212,27 @@ int gp_file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
+
+/* 64-bit hash of bytes, 8 at a time (fast enough to fingerprint a checkpoint's weights). */
+uint64_t gp_hash_bytes(uint64_t h, const void *data, size_t len) {
+    const unsigned char *p = data;
+    const uint64_t K = 0x9E3779B97F4A7C15ull;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * K;
+        h ^= h >> 29;
+    }
+    for (; i < len; i++) h = (h ^ p[i]) * K;
+    return h ^ (h >> 32);
+}
+
+uint64_t gp_hash_file(const char *path) {
+    char *text;
+    size_t len;
+    if (!path || gp_read_file(path, 1u << 30, &text, &len) != GP_OK) return 0;
+    uint64_t h = gp_hash_bytes(0xcbf29ce484222325ull, text, len);
+    free(text);
+    return h;
+}

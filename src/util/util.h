@@ -49,4 +49,9 @@ char *gp_path_join(const char *dir, const char *name);
 /* Returns 1 if path exists and is a regular file. */
 int gp_file_exists(const char *path);
 
+/* 64-bit hash of len bytes continuing from h (8 bytes at a time: fast enough for a checkpoint's weights). */
+uint64_t gp_hash_bytes(uint64_t h, const void *data, size_t len);
+/* Hash of a file's bytes (at most 1 GiB), 0 when it cannot be read. */
+uint64_t gp_hash_file(const char *path);
+
 #endif
