@@ -6,7 +6,9 @@
 #   round, the load average before and after, the medians and the ratio genparity / llama.cpp.
 # Needs llama.cpp built ad hoc from a fetched copy (never committed): LLAMA_BENCH = its llama-bench binary,
 # LLAMA_CPP_DIR = the copy (for gguf-py).  Optional LLAMA_QUANTIZE = its llama-quantize, with QUANTS="q8_0 q4_0",
-# adds rows for llama.cpp's quantized types (genparity's quantized rows come with MLX-quantized folders).
+# adds rows for llama.cpp's quantized types; GQUANTS="q4 q8" adds genparity rows on MLX-quantized folders of the
+# same weights (mlx_lm.convert -q --q-group-size GROUP, default 64, made once from the bf16 folder with .venv's
+# mlx-lm); the report then pairs genparity qN with llama.cpp qN_0 when both ran.
 # Environment: SHAPES (default "qwen3-0.6b llama3.2-1b"), ROUNDS (3), REPS (3), P (512), N (128), THREADS (2),
 # GENPARITY_BIN (build/genparity), PYTHON (.venv/bin/python, else python3), GENPARITY_ARGS (extra bench flags).
 set -eu
@@ -29,6 +31,12 @@ for shape in $SHAPES; do
     for q in ${QUANTS:-}; do
         [ -f "$m-$q.gguf" ] || "${LLAMA_QUANTIZE:?set LLAMA_QUANTIZE for QUANTS}" "$m.gguf" "$m-$q.gguf" "$q" >&2
     done
+    for q in ${GQUANTS:-}; do
+        [ -f "$DIR/$shape-mlx-$q/config.json" ] || "$PY" -c "import sys, mlx.core as mx; mx.set_default_device(mx.cpu)
+from mlx_lm import convert
+convert(sys.argv[1], mlx_path=sys.argv[2], quantize=True, q_bits=int(sys.argv[3]), q_group_size=int(sys.argv[4]))" \
+            "$m" "$DIR/$shape-mlx-$q" "${q#q}" "${GROUP:-64}" >&2
+    done
 done
 
 r=1
@@ -40,6 +48,11 @@ while [ "$r" -le "$ROUNDS" ]; do
         "$BIN" bench --model "$m" -p "$P" -n "$N" -r "$REPS" --threads "$THREADS" --format json ${GENPARITY_ARGS:-} \
             > "$OUT/r$r-$shape-genparity.json"
         "$LLAMA_BENCH" -m "$m.gguf" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" -o json > "$OUT/r$r-$shape-llama.json"
+        for q in ${GQUANTS:-}; do
+            # shellcheck disable=SC2086
+            "$BIN" bench --model "$DIR/$shape-mlx-$q" -p "$P" -n "$N" -r "$REPS" --threads "$THREADS" --format json \
+                ${GENPARITY_ARGS:-} > "$OUT/r$r-$shape-gpq-$q.json"
+        done
         for q in ${QUANTS:-}; do
             "$LLAMA_BENCH" -m "$m-$q.gguf" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" -o json \
                 > "$OUT/r$r-$shape-llama-$q.json"
@@ -63,6 +76,12 @@ for (r, shape), (a, b) in sorted(loads.items()):
     g = json.load(open(os.path.join(out, "r%s-%s-genparity.json" % (r, shape))))["models"][0]
     entries = [("genparity (f32 compute, bf16 weights)", g["pp_tokens_per_s"], g["tg_tokens_per_s"])]
     for fn in sorted(os.listdir(out)):
+        pre = "r%s-%s-gpq-" % (r, shape)
+        if fn.startswith(pre):
+            q = json.load(open(os.path.join(out, fn)))["models"][0]
+            entries.append(("genparity mlx %s (g%s)" % (fn[len(pre):-5], os.environ.get("GROUP", "64")),
+                            q["pp_tokens_per_s"], q["tg_tokens_per_s"]))
+    for fn in sorted(os.listdir(out)):
         pre = "r%s-%s-llama" % (r, shape)
         if fn.startswith(pre):
             kind = fn[len(pre):-5].lstrip("-") or "bf16"
@@ -84,4 +103,15 @@ for (shape, name), v in med.items():
     gp = med[(shape, "genparity (f32 compute, bf16 weights)")]
     gpp = statistics.median(x[0] for x in gp); gtg = statistics.median(x[1] for x in gp)
     print("| %s | %s | %.1f | %.2f | %.2f× | %.2f× |" % (shape, name, pp, tg, gpp / pp, gtg / tg))
+pairs = [(s_, n) for (s_, n) in med if n.startswith("genparity mlx q")]
+if pairs:
+    print("\n| shape | genparity | llama.cpp | pp ratio | tg ratio |\n|---|---|---|---|---|")
+for shape, name in pairs:
+    bits = name.split()[2]
+    other = (shape, "llama.cpp %s_0" % bits)
+    if other not in med:
+        continue
+    a, b = med[(shape, name)], med[other]
+    f = lambda v, i: statistics.median(x[i] for x in v)
+    print("| %s | %s | %s | %.2f× | %.2f× |" % (shape, name, other[1], f(a, 0) / f(b, 0), f(a, 1) / f(b, 1)))
 EOF

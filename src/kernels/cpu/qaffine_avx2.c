@@ -41,7 +41,7 @@ static inline float reduce16(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(d);
 }
 
-#define QROWS 4
+#define QROWS 2
 /* y[r] = W[r] · x for r in [r0, r1); bits 4 or 8 (gp_cpu_qaffine_fast). */
 void gp_avx2_matvec_qaffine(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
     const int64_t K = w->cols, gs = w->group_size, G = K / gs, rb = K * w->bits / 8, bb = 16 * w->bits / 8;
@@ -65,7 +65,7 @@ void gp_avx2_matvec_qaffine(float *y, const gp_wt *w, int64_t r0, int64_t r1, co
             for (int64_t k = g * gs; k < (g + 1) * gs; k += 16) {
                 const __m256 xl = _mm256_loadu_ps(x + k), xh = _mm256_loadu_ps(x + k + 8);
                 const int64_t off = k / 16 * bb;
-                _Pragma("GCC unroll 4") for (int i = 0; i < QROWS; i++) {
+                _Pragma("GCC unroll 2") for (int i = 0; i < QROWS; i++) {
                     __m256i ql, qh;
                     if (four) ld_q4(p[i] + off, &ql, &qh);
                     else ld_q8(p[i] + off, &ql, &qh);
