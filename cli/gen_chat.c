@@ -3,6 +3,8 @@
  * fields of its JSON output (content / reasoning_content / tool_calls through gp_chat_parse_reply). */
 #include "cli.h"
 
+#include <cJSON.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,28 @@ int cli_chat_flag(int argc, char **argv, int *i, cli_chat_opts *o) {
     return 1;
 }
 
+/* 1 (after printing) when a message has a content part that is not text (image, audio, video): there is no
+ * vision or audio path, so rendering it would drop the media silently. */
+static int media_part(const char *messages_json, const char *file) {
+    cJSON *root = cJSON_Parse(messages_json), *m, *part;
+    cJSON *list = cJSON_IsArray(root) ? root : NULL;
+    int bad = 0;
+    cJSON_ArrayForEach(m, list) {
+        cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        cJSON *parts = cJSON_IsArray(content) ? content : NULL;
+        cJSON_ArrayForEach(part, parts) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "type");
+            if (!bad && cJSON_IsString(t) && strcmp(t->valuestring, "text")) {
+                fprintf(stderr, "%s: %s: a '%s' content part: image/audio/video input is not supported (text only; "
+                        "the vision tower of multimodal checkpoints is not loaded)\n", cli_prog, file, t->valuestring);
+                bad = 1;
+            }
+        }
+    }
+    cJSON_Delete(root);
+    return bad;
+}
+
 int cli_chat_prompt(const cli_chat_opts *o, const char *model_dir, const gp_tokenizer *tok, int32_t **ids, int32_t *n) {
     gp_chat_template *t = NULL;
     char *mj = NULL, *tj = NULL, *text = NULL;
@@ -60,6 +84,7 @@ int cli_chat_prompt(const cli_chat_opts *o, const char *model_dir, const gp_toke
         cli_fail(mj ? o->tools : o->messages);
         goto done;
     }
+    if (media_part(mj, o->messages)) goto done;
     gp_chat_opts co = gp_chat_opts_default();
     co.messages_json = mj;
     co.tools_json = tj;

@@ -241,10 +241,36 @@ static gp_status parse_windows(const gp_jobj *o, const family *fam, gp_config *c
     return GP_OK;
 }
 
-static gp_status parse(const gp_jobj *o, gp_config *c) {
+/* Gemma3ForConditionalGeneration (multimodal): the language model's settings are under "text_config" and are read as
+ * a Gemma3ForCausalLM's; *text is that object, *fam its family.  0 when root is another architecture. */
+static int conditional(const gp_jobj *root, gp_config *c, gp_jobj *text, char *buf, size_t cap, const family **fam,
+                       gp_status *s) {
+    const cJSON *archs = gp_json_get(root, "architectures");
+    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+    if (!cJSON_IsString(a0) || strcmp(a0->valuestring, "Gemma3ForConditionalGeneration")) return 0;
+    snprintf(c->arch_name, sizeof c->arch_name, "%s", a0->valuestring);
+    c->multimodal = 1;
+    *fam = find_family("Gemma3ForCausalLM");
+    *s = gp_json_obj(root, "text_config", text, buf, cap);
+    if (!*s && !text->o)
+        *s = gp_set_error(GP_ERR_MISSING, "%s: field 'text_config' is missing (Gemma3ForConditionalGeneration keeps "
+                          "the language model's settings there)", root->path);
+    const char *mt = "";
+    if (!*s) *s = gp_json_str(text, "model_type", &mt);
+    snprintf(c->model_type, sizeof c->model_type, "%s", mt);
+    return 1;
+}
+
+static gp_status parse(const gp_jobj *root, gp_config *c) {
     const family *fam = NULL;
-    gp_status s;
-    if ((s = parse_family(o, c, &fam))) return s;
+    gp_status s = GP_OK;
+    char buf[32];
+    gp_jobj text;
+    const gp_jobj *o = root;
+    if (conditional(root, c, &text, buf, sizeof buf, &fam, &s)) {
+        if (s) return s;
+        o = &text;
+    } else if ((s = parse_family(o, c, &fam))) return s;
     if ((s = parse_sizes(o, c))) return s;
     if ((s = parse_arch(o, fam, c))) return s;
     if ((s = parse_ropes(o, fam, c))) return s;
@@ -254,7 +280,14 @@ static gp_status parse(const gp_jobj *o, gp_config *c) {
     c->n_eos = 0;
     if ((s = gp_json_i32(o, "bos_token_id", 0, c->n_vocab - 1, &c->bos_id))) return s;
     if ((s = gp_json_ids(o, "eos_token_id", c->n_vocab - 1, c->eos_ids, GP_MAX_EOS, &c->n_eos))) return s;
-    return gp_quant_parse(o, &c->quant);
+    if (o != root) { /* a multimodal config's top-level ids and tying override text_config's */
+        if ((s = gp_json_i32(root, "bos_token_id", 0, c->n_vocab - 1, &c->bos_id))) return s;
+        if ((s = gp_json_ids(root, "eos_token_id", c->n_vocab - 1, c->eos_ids, GP_MAX_EOS, &c->n_eos))) return s;
+        if (gp_json_has(root, "tie_word_embeddings") && (s = gp_json_bool(root, "tie_word_embeddings",
+                                                                          &c->tie_word_embeddings)))
+            return s;
+    }
+    return gp_quant_parse(root, &c->quant);
 }
 
 gp_status gp_config_parse(const char *path, const char *text, gp_config *cfg) {

@@ -52,6 +52,7 @@ typedef struct gp_config {
     int32_t eos_ids[GP_MAX_EOS];
     int32_t n_eos;
     gp_quant quant;          /* MLX affine quantization ("quantization"); bits 0 = none */
+    int multimodal;          /* Gemma3ForConditionalGeneration: text_config read; vision weights are not loaded */
 } gp_config;
 
 /* Parses DIR/config.json into *cfg.  Errors name the file and the field.  Free with gp_config_free. */

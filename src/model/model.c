@@ -96,7 +96,32 @@ static int applies(const gp_arch *a, const wt_entry *e, int *required) {
 
 /* Binds tensor `name` to *w through the model's backend after checking dtype and shape [rows, cols] (cols = 0: a
  * vector of rows).  required = 0: an absent tensor leaves w->data NULL. */
-static gp_status bind(gp_model *m, gp_wt *w, const char *name, int64_t rows, int64_t cols, int required) {
+/* The checkpoint's name of canonical tensor `canon` ("model.layers.0....", "lm_head.weight"): a multimodal Gemma 3
+ * nests the language model under "model.language_model." (transformers 5) or "language_model." (transformers 4,
+ * mlx-vlm / mlx-community). */
+static const char *ckpt_name(const gp_model *m, const char *canon, char *buf, size_t cap) {
+    if (m->layout == GP_LAYOUT_V5 && !strncmp(canon, "model.", 6))
+        snprintf(buf, cap, "model.language_model.%s", canon + 6);
+    else if (m->layout == GP_LAYOUT_LEGACY) snprintf(buf, cap, "language_model.%s", canon);
+    else return canon;
+    return buf;
+}
+
+/* Which nesting a multimodal checkpoint uses (the embedding's name tells); plain models keep GP_LAYOUT_PLAIN. */
+static gp_status detect_layout(gp_model *m) {
+    if (!m->cfg.multimodal) return GP_OK;
+    if (gp_st_find(m->st, "model.language_model.embed_tokens.weight")) m->layout = GP_LAYOUT_V5;
+    else if (gp_st_find(m->st, "language_model.model.embed_tokens.weight")) m->layout = GP_LAYOUT_LEGACY;
+    else
+        return gp_set_error(GP_ERR_MISSING, "%s: %s: no language model embedding (looked for "
+                            "'model.language_model.embed_tokens.weight' and 'language_model.model.embed_tokens.weight')",
+                            m->dir, m->cfg.arch_name);
+    return GP_OK;
+}
+
+static gp_status bind(gp_model *m, gp_wt *w, const char *canon, int64_t rows, int64_t cols, int required) {
+    char nbuf[320];
+    const char *name = ckpt_name(m, canon, nbuf, sizeof nbuf);
     const gp_tensor_view *t = gp_st_find(m->st, name);
     memset(w, 0, sizeof *w);
     if (!t) {
@@ -227,6 +252,7 @@ gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model
     progress(params, 0.05f);
     if ((s = read_generation_config(m))) goto fail;
     if ((s = gp_st_open_dir(dir, &m->st))) goto fail;
+    if ((s = detect_layout(m))) goto fail;
     progress(params, 0.3f);
 
     const gp_config *c = &m->cfg;

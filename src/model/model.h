@@ -23,6 +23,10 @@ typedef struct gp_layer {
     gp_linear gate, up, down;        /* mlp.{gate,up,down}_proj (+ bias: mlp_bias) */
 } gp_layer;
 
+/* Tensor name layouts: plain (model.layers...), a multimodal Gemma 3 in transformers 5 (model.language_model.layers...)
+ * or in transformers 4 / mlx-vlm (language_model.model.layers..., language_model.lm_head.weight). */
+enum { GP_LAYOUT_PLAIN = 0, GP_LAYOUT_V5 = 1, GP_LAYOUT_LEGACY = 2 };
+
 struct gp_model {
     char *dir;
     gp_config cfg;
@@ -40,6 +44,7 @@ struct gp_model {
     gp_gen_config gen;      /* transformers' defaults < generation_config.json (owns its arrays, gen._owned) */
     gp_backend *be;         /* the backend instance the weights are bound to (owned) */
     int32_t max_lora_rank;  /* largest sum of LoRA ranks of one linear (workspace scratch); 0 = no adapter */
+    int layout;             /* GP_LAYOUT_*: where the language model's tensors are in the checkpoint */
     pthread_mutex_t fp_lock; /* guards the lazily computed fingerprint and the lazily uploaded device copy */
     uint64_t fingerprint;    /* hash of config.json + every tensor (0 = not computed yet) */
     gp_cuda_model *cuda;     /* the weights on the GPU (first GP_DEVICE_CUDA context), else NULL */
