@@ -185,6 +185,21 @@ gp_status gp_model_resolve(const char *name, char **dir);
 /* Frees a model and unmaps its files; NULL is a no-op.  Every gp_ctx of the model must be freed first. */
 void gp_model_free(gp_model *m);
 
+/* Settings of gp_model_quantize. */
+typedef struct gp_quantize_params {
+    int32_t bits;       /* 2, 3, 4, 5, 6 or 8 */
+    int32_t group_size; /* 32, 64 or 128 */
+    void (*progress)(float fraction, void *user_data); /* may be NULL; called after each tensor */
+    void *progress_user_data;
+} gp_quantize_params;
+
+/* Writes an MLX-quantized copy of the model folder dir into out_dir (created; must not hold a model already), as
+ * mlx_lm.convert -q does: every linear and embedding whose input size the group divides becomes uint32 weight +
+ * scales + biases (in the weight's dtype) with mlx.core.quantize's arithmetic, other tensors are copied, config.json
+ * gains "quantization" and "quantization_config", the tokenizer and generation files are copied.  Streamed: one
+ * tensor in memory at a time.  Returns GP_OK or an error naming the file and field. */
+gp_status gp_model_quantize(const char *dir, const char *out_dir, const gp_quantize_params *p);
+
 /* Returns the architecture name from config.json ("Qwen3ForCausalLM"); borrowed. */
 const char *gp_model_arch(const gp_model *m);
 

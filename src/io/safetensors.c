@@ -278,6 +278,10 @@ static int cmp_span(const void *a, const void *b) {
 
 /* Reads the __metadata__ object (string -> string) at the cursor into meta [2 * n_meta] (key, value pairs). */
 static gp_status parse_meta(const char *path, gp_jlex *l, char ***out, int32_t *out_n) {
+    if (gp_jlex_peek(l) == 'n' && l->n - l->i >= 4 && !memcmp(l->s + l->i, "null", 4)) {
+        l->i += 4; /* "__metadata__": null (mlx.core.save_safetensors without metadata): none */
+        return GP_OK;
+    }
     if (gp_jlex_peek(l) != '{') return gp_set_error(GP_ERR_FORMAT, "%s: field '__metadata__': not an object", path);
     gp_jlex_eat(l, '{');
     char **meta = NULL;

@@ -3,6 +3,7 @@
 #include "util/util.h"
 
 #include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,4 +147,40 @@ gp_status gp_quant_view(const gp_st_set *st, const gp_quant *q, const char *name
     gp_status s = aux_view(st, module, "scales", name, rows, cols / gs, &view->scales);
     if (!s) s = aux_view(st, module, "biases", name, rows, cols / gs, &view->biases);
     return s;
+}
+
+void gp_quantize_group(const float *w, int32_t n, int32_t bits, uint8_t *q, float *scale, float *bias) {
+    const float n_bins = (float)((1 << bits) - 1);
+    float lo = INFINITY, hi = -INFINITY;
+    for (int32_t j = 0; j < n; j++) {
+        lo = w[j] < lo ? w[j] : lo;
+        hi = w[j] > hi ? w[j] : hi;
+    }
+    const int low_edge = fabsf(lo) > fabsf(hi); /* snap the edge of larger magnitude to the grid */
+    float s = (hi - lo) / n_bins;
+    s = s < 1e-7f ? 1e-7f : s; /* std::max(s, eps) */
+    s = low_edge ? s : -s;
+    const float edge = low_edge ? lo : hi, q0 = rintf(edge / s);
+    float b = 0.0f;
+    if (q0 != 0.0f) {
+        s = edge / q0;
+        b = edge;
+    }
+    for (int32_t j = 0; j < n; j++) {
+        float v = rintf((w[j] - b) / s);
+        v = v < 0.0f ? 0.0f : v > n_bins ? n_bins : v;
+        q[j] = (uint8_t)v;
+    }
+    *scale = s;
+    *bias = b;
+}
+
+void gp_quant_pack(const uint8_t *q, int64_t n, int32_t bits, uint8_t *out) {
+    memset(out, 0, (size_t)(n * bits / 8));
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t bit = i * bits;
+        const uint32_t v = (uint32_t)q[i] << (bit & 7);
+        out[bit >> 3] |= (uint8_t)v;
+        if ((bit & 7) + bits > 8) out[(bit >> 3) + 1] |= (uint8_t)(v >> 8);
+    }
 }

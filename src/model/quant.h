@@ -44,4 +44,14 @@ int gp_quant_lookup(const gp_quant *q, const char *module, int32_t *bits, int32_
 gp_status gp_quant_view(const gp_st_set *st, const gp_quant *q, const char *name, const gp_tensor_view *t,
                         int64_t rows, int64_t cols, gp_wt *view);
 
+/* MLX affine quantization of one group of n floats (as mlx.core.quantize computes it on the CPU, float32): from the
+ * group's min and max, scale = max((max - min) / (2^bits - 1), 1e-7) signed towards the edge of larger magnitude,
+ * the edge snapped to a whole step (bias = edge, scale = edge / round(edge / scale) when that is not 0), then
+ * q[j] = clamp(rint((w[j] - bias) / scale), 0, 2^bits - 1).  *scale and *bias are float32 (store them in the
+ * weight's dtype, rounded to nearest even, as MLX does). */
+void gp_quantize_group(const float *w, int32_t n, int32_t bits, uint8_t *q, float *scale, float *bias);
+
+/* Packs n values q[] of `bits` bits into out [n * bits / 8] as a little-endian bit stream (value i at bit i*bits). */
+void gp_quant_pack(const uint8_t *q, int64_t n, int32_t bits, uint8_t *out);
+
 #endif

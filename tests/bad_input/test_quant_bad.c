@@ -82,7 +82,7 @@ static int write_pair(const char *src, const char *qdir, const char *ddir, int b
         }
         const int64_t R = t->shape[0], C = t->shape[1], G = C / GS;
         uint32_t *pk = calloc((size_t)(R * C * bits / 32), 4);
-        uint16_t *sc = calloc((size_t)(R * G), 2), *bi = calloc((size_t)(R * G), 2);
+        uint16_t *sc = calloc((size_t)(R * (G + 1)), 2), *bi = calloc((size_t)(R * G), 2); /* + BAD_SCALES_SHAPE */
         float *deq = calloc((size_t)(R * C), 4);
         quantize(t->data, R, C, bits, pk, sc, bi, deq);
         bufs[nbuf++] = pk, bufs[nbuf++] = sc, bufs[nbuf++] = bi, bufs[nbuf++] = deq;
@@ -207,4 +207,32 @@ TEST(quant_override_bits_apply) { /* an override with the tensors' own bits load
     CHECK(strstr(gp_errmsg(), "q_proj") == NULL); /* q_proj matched its override; the first error is elsewhere */
     gp_model_free(m);
     free(src), free(qd);
+}
+
+TEST(quantize_writes_a_loadable_folder) { /* gp_model_quantize on a float32 model; arithmetic = mlx: test_quantize.py */
+    char *src = gp_test_tmpdir(), *out = gp_test_tmpdir(), path[600];
+    REQUIRE(synth_model(src, synth_llama_config("hidden_size", "32"), NULL, NULL) == 0);
+    snprintf(path, sizeof path, "%s/q", out);
+    gp_quantize_params p = {.bits = 4, .group_size = 32};
+    CHECK_STATUS(gp_model_quantize(src, path, &p), GP_OK);
+    CHECK_STATUS(gp_model_quantize(src, path, &p), GP_ERR_INVALID_ARG); /* holds a model now */
+    CHECK(strstr(gp_errmsg(), "already holds a model") != NULL);
+    const int32_t ids[3] = {1, 7, 33};
+    float *a = logits_of(path, ids, 3), *b = logits_of(src, ids, 3);
+    CHECK(a && b);
+    if (a && b) {
+        float worst = 0;
+        for (int k = 0; k < 64; k++) worst = fabsf(a[k] - b[k]) > worst ? fabsf(a[k] - b[k]) : worst;
+        NOTE("4-bit group 32 vs float32: max |logit diff| %.3g (a sanity bound of 1: random weights)", worst);
+        CHECK(worst < 1.0f);
+    }
+    free(a), free(b);
+    char again[640];
+    snprintf(again, sizeof again, "%s/qq", out);
+    CHECK_STATUS(gp_model_quantize(path, again, &p), GP_ERR_INVALID_ARG); /* already quantized */
+    p.bits = 7;
+    CHECK_STATUS(gp_model_quantize(src, again, &p), GP_ERR_INVALID_ARG);
+    p.bits = 4, p.group_size = 48;
+    CHECK_STATUS(gp_model_quantize(src, again, &p), GP_ERR_INVALID_ARG);
+    free(src), free(out);
 }

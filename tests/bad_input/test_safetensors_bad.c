@@ -225,6 +225,15 @@ TEST(st_bad_metadata_not_strings) {
     free(p);
 }
 
+TEST(st_metadata_null_is_none) { /* mlx.core.save_safetensors writes "__metadata__": null */
+    char *p = mk_st("{\"__metadata__\":null," T1("a", "F32", "[1]", "0", "4") "}", 4);
+    gp_st_set *st = NULL;
+    CHECK_STATUS(gp_st_open_file(p, &st), GP_OK);
+    CHECK(st && gp_st_find(st, "a") && !gp_st_metadata(st, "format"));
+    gp_st_close(st);
+    free(p);
+}
+
 /* A folder with shard(s) and an index; shard "ok.safetensors" holds tensor "a". */
 static char *mk_index_dir(const char *index_json, int with_shard) {
     char *dir = gp_test_tmpdir();
