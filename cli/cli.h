@@ -75,6 +75,7 @@ int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p);
 void cli_ctx_flags_help(FILE *f);
 int cmd_make_model(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_fuse(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_check_models(int argc, char **argv);
 int cmd_serve(int argc, char **argv); /* server/serve.c: the OpenAI-compatible HTTP server */

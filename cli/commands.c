@@ -42,6 +42,8 @@ const cli_command cli_commands[] = {
      "genparity make-model --shape NAME [--dtype f32|bf16|f16] [--seed N] [--layers N] -o DIR", cmd_make_model},
     {"quantize", "write an MLX-quantized copy of a model folder (as mlx_lm.convert -q)",
      "genparity quantize --model DIR --bits 2|3|4|5|6|8 --group-size 32|64|128 -o OUT", cmd_quantize},
+    {"fuse", "write a model with LoRA adapters merged into its weights (as mlx_lm.fuse)",
+     "genparity fuse --model DIR --adapter A[:SCALE] -o OUT [--dequantize]", cmd_fuse},
     {"check-models", "run several models on the same prompts: speed, memory, outputs (md/html/json)",
      "genparity check-models --model DIR|NAME [--model ...] (--prompt TEXT | --prompts FILE) [--format md|html|json]",
      cmd_check_models},

@@ -427,6 +427,14 @@ uint64_t gp_adapter_id(const gp_adapter *a);
  * model, n < 0 or > 16) or GP_ERR_NOMEM; on error the context keeps its previous set. */
 gp_status gp_ctx_set_adapters(gp_ctx *c, gp_adapter *const *adapters, const float *scales, int32_t n);
 
+/* Writes model m with adapters[0..n) (scales NULL = 1) merged into its weights to out_dir (created; must not hold a
+ * model), as mlx_lm.fuse does: W' = W + (scale * B A) cast to W's dtype, added in that dtype; a quantized linear is
+ * dequantized (as mx.dequantize), merged and quantized again with its bits and group size, or with dequantize != 0
+ * every quantized tensor is written dense in its scales' dtype and config.json loses "quantization".  Other
+ * tensors and files are copied.  Returns GP_OK or an error naming the file. */
+gp_status gp_model_fuse(const gp_model *m, gp_adapter *const *adapters, const float *scales, int32_t n,
+                        const char *out_dir, int dequantize);
+
 /* Suspect-line heuristics of the steering validation harness (`genparity validate`): flags of gp_text_suspect. */
 #define GP_SUSPECT_DIGIT_RUN 1u    /* a run of 8 or more consecutive digits */
 #define GP_SUSPECT_LATEX 2u        /* LaTeX-like markup: \begin{ or \frac, or two or more \word commands, or ^{ / _{ */

@@ -56,3 +56,31 @@ def test_lora_vs_mlx_lm():
         ours = genparity.generate(gm, gt, p["ids"], 32, temperature=0)
         theirs = mlx_lm.generate(mm, mt, p["ids"], max_tokens=32)
         assert ours == theirs, f"prompt {i}: genparity {ours!r} != mlx-lm {theirs!r}"
+
+
+def test_qlora_vs_mlx_lm(fx, tmp_path):
+    """An adapter on a 4-bit base (QLoRA): genparity's unfused terms on the quantized linears against mlx-lm's."""
+    mlx_lm = pytest.importorskip("mlx_lm", reason="mlx-lm is not installed (pinned in tools/requirements.txt)")
+    mx = pytest.importorskip("mlx.core")
+    import sys
+
+    import numpy as np
+    from conftest import ROOT
+    from mlx.utils import tree_map
+    sys.path.insert(0, str(ROOT / "tools"))
+    import quant_fixtures
+    mx.set_default_device(mx.cpu)
+    base = quant_fixtures.build(quant_fixtures.CASES[0], str(fx), str(tmp_path))
+    adapter = str(model_dir("tiny-llama") / "adapter-mlx")
+    gm, gt = genparity.load(base, adapter_path=adapter)
+    mm, mt = mlx_lm.load(base, adapter_path=adapter)
+    mm.update(tree_map(lambda p: p.astype(mx.float32) if mx.issubdtype(p.dtype, mx.floating) else p,
+                       mm.parameters()))
+    worst = 0.0
+    for p in reference("tiny-llama")["prompts"]:
+        theirs = np.array(mm(mx.array([p["ids"]]))[0, -1].astype(mx.float32))
+        worst = max(worst, float(np.max(np.abs(gm.forward(p["ids"])[0] - theirs))))
+        assert genparity.generate(gm, gt, p["ids"], 24, temperature=0) == mlx_lm.generate(mm, mt, p["ids"],
+                                                                                         max_tokens=24)
+    print(f"QLoRA (4-bit base + adapter) vs mlx-lm float32: max |logit diff| {worst:.3g} (tolerance 1e-3)")
+    assert worst <= 1e-3

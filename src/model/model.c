@@ -99,7 +99,7 @@ static int applies(const gp_arch *a, const wt_entry *e, int *required) {
 /* The checkpoint's name of canonical tensor `canon` ("model.layers.0....", "lm_head.weight"): a multimodal Gemma 3
  * nests the language model under "model.language_model." (transformers 5) or "language_model." (transformers 4,
  * mlx-vlm / mlx-community). */
-static const char *ckpt_name(const gp_model *m, const char *canon, char *buf, size_t cap) {
+const char *gp_model_tensor_name(const gp_model *m, const char *canon, char *buf, size_t cap) {
     if (m->layout == GP_LAYOUT_V5 && !strncmp(canon, "model.", 6))
         snprintf(buf, cap, "model.language_model.%s", canon + 6);
     else if (m->layout == GP_LAYOUT_LEGACY) snprintf(buf, cap, "language_model.%s", canon);
@@ -121,7 +121,7 @@ static gp_status detect_layout(gp_model *m) {
 
 static gp_status bind(gp_model *m, gp_wt *w, const char *canon, int64_t rows, int64_t cols, int required) {
     char nbuf[320];
-    const char *name = ckpt_name(m, canon, nbuf, sizeof nbuf);
+    const char *name = gp_model_tensor_name(m, canon, nbuf, sizeof nbuf);
     const gp_tensor_view *t = gp_st_find(m->st, name);
     memset(w, 0, sizeof *w);
     if (!t) {

@@ -50,6 +50,10 @@ struct gp_model {
     gp_cuda_model *cuda;     /* the weights on the GPU (first GP_DEVICE_CUDA context), else NULL */
 };
 
+/* The checkpoint's name of canonical tensor name canon ("model.layers.0.self_attn.q_proj.weight", "lm_head.weight"):
+ * canon itself, or its nested form in buf [cap] for a multimodal checkpoint. */
+const char *gp_model_tensor_name(const gp_model *m, const char *canon, char *buf, size_t cap);
+
 /* The model a context runs (internal). */
 const gp_model *gp_ctx_model(const gp_ctx *c);
 /* Slots allocated in layer l's KV ring of the current cache (internal). */

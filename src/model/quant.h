@@ -54,4 +54,14 @@ void gp_quantize_group(const float *w, int32_t n, int32_t bits, uint8_t *q, floa
 /* Packs n values q[] of `bits` bits into out [n * bits / 8] as a little-endian bit stream (value i at bit i*bits). */
 void gp_quant_pack(const uint8_t *q, int64_t n, int32_t bits, uint8_t *out);
 
+/* Element i of a float tensor (F32, BF16, F16) as float32; v stored as element i of dst in dtype d (round to nearest
+ * even). */
+float gp_tensor_elem(const gp_tensor_view *t, int64_t i);
+void gp_tensor_store(gp_dtype d, uint8_t *dst, int64_t i, float v);
+
+/* Quantizes w [R, C] row by row in groups of gs: parts[0] packed [R, C * bits / 8] bytes, parts[1] / parts[2] scales
+ * and biases [R, C / gs] in dtype aux (malloc'd; the caller frees them, also on error). */
+gp_status gp_quantize_rows(const float *w, int64_t R, int64_t C, int32_t bits, int32_t gs, gp_dtype aux,
+                           uint8_t *parts[3]);
+
 #endif

@@ -143,3 +143,30 @@ TEST(lora_hot_swap_and_cache_provenance) {
     gp_model_free(m);
     free(fa), free(f0), free(x), free(dir);
 }
+
+TEST(lora_fuse_writes_a_merged_model) { /* identity with mlx_lm.fuse: python/tests/test_fuse.py */
+    gp_model *m = fx_load_model("tiny-llama", 0);
+    if (!m) return;
+    gp_adapter *a = NULL;
+    REQUIRE(gp_adapter_load(m, adapter_dir("tiny-llama", "adapter-peft"), &a) == GP_OK);
+    char *dir = gp_test_tmpdir(), path[1200];
+    snprintf(path, sizeof path, "%s/fused", dir);
+    CHECK_STATUS(gp_model_fuse(m, &a, NULL, 1, path, 0), GP_OK);
+    CHECK_STATUS(gp_model_fuse(m, &a, NULL, 1, path, 0), GP_ERR_INVALID_ARG); /* holds a model now */
+    gp_model *f = NULL;
+    CHECK_STATUS(gp_model_load(path, NULL, &f), GP_OK);
+    if (f) { /* the merged bf16 weights round the terms: the logits stay close to the unfused run */
+        const int V = gp_model_n_vocab(m);
+        const int32_t ids[6] = {1, 4205, 16334, 20084, 28747, 13};
+        float *x = malloc(V * sizeof(float)), *y = malloc(V * sizeof(float));
+        logits_with(m, a, ids, 6, x);
+        logits_with(f, NULL, ids, 6, y);
+        NOTE("fused (bf16 weights) vs unfused adapter: max |logit diff| %.3g (tolerance 0.05)", fx_max_abs_diff(x, y, V));
+        CHECK(fx_max_abs_diff(x, y, V) < 0.05);
+        free(x), free(y);
+    }
+    gp_model_free(f);
+    gp_adapter_free(a);
+    gp_model_free(m);
+    free(dir);
+}
