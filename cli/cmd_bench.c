@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+static int32_t bench_compute = GP_COMPUTE_F32; /* --compute: the contexts' gp_compute */
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -30,6 +32,7 @@ static void help(FILE *f) {
                "  --threads T     worker threads (default: all CPUs)\n"
                "  --format F      md (default) or json\n"
                "  --device D      cpu (default) or cuda (a `make cuda` build and a GPU)\n"
+               "  --compute C     f32 (default) or bf16 (activations rounded as transformers' bf16 forward)\n"
                "  --bandwidth-mib N  buffer of the bandwidth measurement (default 1024; 0 skips it)\n"
                "  --bandwidth-gbs N  take N GB/s as the memory bandwidth instead of measuring the CPU's (e.g. a GPU's\n"
                "                     measured copy bandwidth with --device cuda)\n");
@@ -167,6 +170,7 @@ static int bench_model(const char *dir, int p, int n, int reps, int threads, int
     gp_ctx_params cp = gp_ctx_default_params();
     cp.n_threads = threads;
     cp.device = device;
+    cp.compute = bench_compute;
     cp.n_ctx = (p > n ? p : n) + 1;
     if (p > 0) cp.prefill_chunk = p;
     gp_ctx *c = NULL;
@@ -253,7 +257,13 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--bandwidth-mib")) { if (parse_pos(a, v, 0, &bw_mib)) return 2; }
         else if (!strcmp(a, "--bandwidth-gbs")) { if (parse_pos(a, v, 1, &bw_gbs)) return 2; }
-        else if (!strcmp(a, "--device")) {
+        else if (!strcmp(a, "--compute")) {
+            if (strcmp(v, "f32") && strcmp(v, "bf16")) {
+                fprintf(stderr, "genparity bench: --compute must be f32 or bf16, got '%s'\n", v);
+                return 2;
+            }
+            bench_compute = strcmp(v, "bf16") ? GP_COMPUTE_F32 : GP_COMPUTE_BF16;
+        } else if (!strcmp(a, "--device")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
                 fprintf(stderr, "genparity bench: --device must be cpu or cuda, got '%s'\n", v);
                 return 2;

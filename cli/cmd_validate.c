@@ -44,6 +44,7 @@ typedef struct vopts {
     double max_suspect, min_div;
     double alphas[64];
     int na;
+    gp_ctx_params cp; /* the context flags (--threads, --compute, ...) */
 } vopts;
 
 /* Everything run_all needs, owned here and released by vstate_free. */
@@ -76,11 +77,13 @@ static int parse_alphas(const char *s, vopts *o) {
 static int parse_args(int argc, char **argv, vopts *o) {
     const char *alphas = "0,2,4";
     gp_gen_config scratch = gp_gen_config_default(); /* sampling flags are checked here, applied after loading */
-    *o = (vopts){.format = "text", .layer = -1, .max_tokens = 48, .max_suspect = -1, .min_div = -1};
+    *o = (vopts){.format = "text", .layer = -1, .max_tokens = 48, .max_suspect = -1, .min_div = -1,
+                 .cp = gp_ctx_default_params()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return help(stdout), 0;
         int gf = cli_gen_flag(argc, argv, &i, &scratch);
+        if (gf == 0) gf = cli_ctx_flag(argc, argv, &i, &o->cp);
         if (gf < 0) return 2;
         if (gf) continue;
         static const char *const known[] = {"--model", "--prompts", "--steer-vector", "--alphas", "--reference-logits",
@@ -141,7 +144,7 @@ static int load_all(const vopts *o, int argc, char **argv, vstate *st) {
         return 1;
     }
     if (o->ref_path && gp_st_open_file(o->ref_path, &st->ref) != GP_OK) return cli_fail("reading the reference logits");
-    if (gp_ctx_init(st->m, NULL, &st->c) != GP_OK) return cli_fail("creating the context");
+    if (gp_ctx_init(st->m, &o->cp, &st->c) != GP_OK) return cli_fail("creating the context");
     st->logits = malloc((size_t)gp_model_n_vocab(st->m) * sizeof(float));
     st->vs = calloc((size_t)o->na, sizeof *st->vs);
     if (!st->logits || !st->vs) return fprintf(stderr, "%s: out of memory\n", cli_prog), 1;

@@ -16,32 +16,37 @@ void cli_ctx_flags_help(FILE *f) {
                "  --kv-group-size 32|64|128  quantization group size (default 64)\n"
                "  --quantized-kv-start N  positions before N stay float32 (default 0)\n"
                "  --mem-limit-mb N        refuse a prefill that would grow caches + scratch past N MB\n"
-               "  --device cpu|cuda       where the forward runs (default cpu; cuda needs `make cuda` and a GPU)\n");
+               "  --device cpu|cuda       where the forward runs (default cpu; cuda needs `make cuda` and a GPU)\n"
+               "  --compute f32|bf16      activations in float32 (default) or rounded to bfloat16 where transformers'\n"
+               "                          bf16 forward rounds them (CPU)\n");
 }
 
 static int parse_i32(const char *flag, const char *v, int32_t lo, int32_t *out) {
     return cli_i32(flag, v, lo, 1 << 30, out);
 }
 
-/* --device cpu|cuda: 1 consumed, -1 bad value. */
-static int device_flag(int argc, char **argv, int *i, gp_ctx_params *p) {
+/* --device cpu|cuda or --compute f32|bf16 (a = the flag): 1 consumed, -1 bad value. */
+static int choice_flag(int argc, char **argv, int *i, const char *a, gp_ctx_params *p) {
+    const int dev = !strcmp(a, "--device");
+    const char *one = dev ? "cpu" : "f32", *two = dev ? "cuda" : "bf16";
     if (*i + 1 >= argc) {
-        fprintf(stderr, "genparity: --device needs a value (cpu or cuda)\n");
+        fprintf(stderr, "genparity: %s needs a value (%s or %s)\n", a, one, two);
         return -1;
     }
     const char *v = argv[++*i];
-    if (!strcmp(v, "cpu")) p->device = GP_DEVICE_CPU;
-    else if (!strcmp(v, "cuda")) p->device = GP_DEVICE_CUDA;
-    else {
-        fprintf(stderr, "genparity: --device must be cpu or cuda, got '%s'\n", v);
+    if (strcmp(v, one) && strcmp(v, two)) {
+        fprintf(stderr, "genparity: %s must be %s or %s, got '%s'\n", a, one, two, v);
         return -1;
     }
+    const int second = !strcmp(v, two);
+    if (dev) p->device = second ? GP_DEVICE_CUDA : GP_DEVICE_CPU;
+    else p->compute = second ? GP_COMPUTE_BF16 : GP_COMPUTE_F32;
     return 1;
 }
 
 int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p) {
     const char *a = argv[*i];
-    if (!strcmp(a, "--device")) return device_flag(argc, argv, i, p);
+    if (!strcmp(a, "--device") || !strcmp(a, "--compute")) return choice_flag(argc, argv, i, a, p);
     static const char *flags[] = {"--threads", "--prefill-chunk", "--n-ctx", "--max-kv-size", "--keep", "--kv-bits",
                                   "--kv-group-size", "--quantized-kv-start", "--mem-limit-mb"};
     int k = -1;

@@ -268,7 +268,17 @@ typedef struct gp_ctx_params {
                               once (at the first such context) and this context's KV cache and scratch live on the
                               GPU; gp_ctx_init fails with GP_ERR_UNSUPPORTED and the reason when the library has no
                               CUDA backend or no GPU/driver is usable, GP_ERR_NOMEM when the model does not fit */
+    int32_t compute;       /* gp_compute (default GP_COMPUTE_F32) */
 } gp_ctx_params;
+
+/* Compute modes of a context (append-only). */
+typedef enum gp_compute {
+    GP_COMPUTE_F32 = 0,  /* float32 activations everywhere (default): transformers' float32 numbers */
+    GP_COMPUTE_BF16 = 1  /* activations rounded to bfloat16 where transformers' bf16 forward (eager, CPU) rounds
+                            them: every linear's output, the residual stream, norms' outputs, rope, attention scores
+                            and probabilities, the MLP activation; float32 accumulation, float32 where torch upcasts
+                            (RMSNorm variance, softmax).  CPU only. */
+} gp_compute;
 
 /* Returns the default context params. */
 gp_ctx_params gp_ctx_default_params(void);

@@ -324,9 +324,12 @@ class PromptCache:
     Contexts belong to one thread at a time; the cache serialises its users with a lock."""
 
     def __init__(self, model: Model, max_kv_size: Optional[int] = None, n_ctx: int = 0, n_threads: int = 0,
-                 kv_bits: Optional[int] = None, kv_group_size: int = 64, keep: int = 0):
+                 kv_bits: Optional[int] = None, kv_group_size: int = 64, keep: int = 0, compute: str = "f32"):
         p: GpCtxParams = lib.gp_ctx_default_params()
         p.n_ctx, p.n_threads = n_ctx, n_threads
+        if compute not in ("f32", "bf16"):
+            raise ValueError(f"genparity: compute must be 'f32' or 'bf16', not {compute!r}")
+        p.compute = 1 if compute == "bf16" else 0
         if max_kv_size:
             p.max_kv_size, p.keep = max_kv_size, keep
         if kv_bits:

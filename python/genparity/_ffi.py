@@ -23,7 +23,8 @@ class GpModelParams(Structure):
 class GpCtxParams(Structure):
     _fields_ = [("n_ctx", c_int32), ("n_threads", c_int32), ("prefill_chunk", c_int32), ("max_kv_size", c_int32),
                 ("keep", c_int32), ("kv_bits", c_int32), ("kv_group_size", c_int32),
-                ("quantized_kv_start", c_int32), ("mem_limit_bytes", c_uint64), ("device", c_int32)]
+                ("quantized_kv_start", c_int32), ("mem_limit_bytes", c_uint64), ("device", c_int32),
+                ("compute", c_int32)]
 
 
 class GpMemInfo(Structure):

@@ -161,6 +161,8 @@ typedef struct gp_ws_params {
     int32_t max_keys;      /* most keys one query sees (attention scratch) */
     int32_t head_dim;
     int32_t max_lora_rank; /* largest sum of LoRA ranks of one linear (0 = no LoRA) */
+    int32_t compute;       /* gp_compute: GP_COMPUTE_BF16 makes the ops round their outputs to bfloat16 where
+                              transformers' bf16 forward does (each op's comment says where) */
 } gp_ws_params;
 
 typedef struct gp_backend gp_backend;

@@ -48,7 +48,7 @@ static gp_status alloc_activations(gp_ctx *x) {
     /* a query sees at most n_ctx keys, or max_kv_size with a rotating cache (positions grow without bound) */
     const int32_t seen = p->max_kv_size > 0 ? p->max_kv_size : p->n_ctx;
     const gp_ws_params wp = {.n_threads = p->n_threads, .max_tokens = p->prefill_chunk, .max_keys = seen,
-                             .head_dim = c->head_dim, .max_lora_rank = x->ws_lora_rank};
+                             .head_dim = c->head_dim, .max_lora_rank = x->ws_lora_rank, .compute = p->compute};
     gp_status s = be->ops->ws_init(be, &wp, &x->ws);
     if (s) return s;
     size_t C = (size_t)p->prefill_chunk, E = (size_t)c->n_embd, Q = (size_t)c->n_heads * (size_t)c->head_dim;
@@ -81,6 +81,12 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     if (p.n_ctx < 0 || p.n_threads < 0 || p.prefill_chunk < 0 || p.max_kv_size < 0 || p.keep < 0 ||
         p.quantized_kv_start < 0)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: sizes must be >= 0");
+    if (p.compute != GP_COMPUTE_F32 && p.compute != GP_COMPUTE_BF16)
+        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: field 'compute' = %d is not GP_COMPUTE_F32 or "
+                            "GP_COMPUTE_BF16", (int)p.compute);
+    if (p.compute == GP_COMPUTE_BF16 && p.device == GP_DEVICE_CUDA)
+        return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: compute bf16 is CPU-only (the CUDA backend computes in "
+                            "float32)");
     if (p.device != GP_DEVICE_CPU && p.device != GP_DEVICE_CUDA)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: device %d is not GP_DEVICE_CPU or GP_DEVICE_CUDA",
                             p.device);

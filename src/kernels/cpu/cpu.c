@@ -31,6 +31,8 @@ typedef struct linear_job {
     const float *z; /* the low-rank terms' x A_i^T, term i at z + n * (sum of earlier ranks), [n, rank_i] */
     int32_t n;
     int64_t chunk;
+    int bf16;       /* GP_COMPUTE_BF16: bf16 weights (float16/32 ones rounded), x W^T + bias rounded once (torch's
+                       bf16 addmm accumulates in float32) */
 } linear_job;
 
 /* A view of rows [r0, r0 + n) of a dense weight (LoRA B). */
@@ -39,17 +41,35 @@ static gp_wt dense_rows(const gp_wt *w, int64_t r0, int64_t n) {
     return gp_wt_dense(w->format, (const char *)w->data + (size_t)r0 * (size_t)w->cols * es, n, w->cols);
 }
 
+/* x rounded to the nearest bfloat16 (ties to even), as a float: what a torch bf16 tensor holds. */
+static inline float bf16r(float x) { return gp_bf16_to_f32(gp_f32_to_bf16(x)); }
+
+/* Rounds x [n] to bfloat16 in place (GP_COMPUTE_BF16: an op's output as torch stores it). */
+static void round_all(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = bf16r(x[i]);
+}
+
+static inline int is_bf16(const gp_ws *ws) { return ws->p.compute == GP_COMPUTE_BF16; }
+
+/* GP_COMPUTE_BF16 with float32/float16 weights: transformers loads them as bf16, so each row is rounded to bf16
+ * before the same dot product (a slow path: bf16 mode is for parity, bf16 checkpoints take the fast kernels). */
+static void bf16_rows(const struct linear_job *j, int64_t r0, int64_t r1);
+
 /* Item c of a linear: rows [c*chunk, (c+1)*chunk) for every token: the dot products, then the bias, then each
  * low-rank term's scale * (z_i · B_i[r]) in order. */
 static void linear_item(void *arg, int64_t c, int thread) {
     const linear_job *j = arg;
     const gp_linear *L = j->L;
     const int64_t d = L->w.rows, r0 = c * j->chunk, r1 = r0 + j->chunk < d ? r0 + j->chunk : d;
-    if (j->n == 1) gp_cpu_matvec(j->K, j->y, &L->w, r0, r1, j->x);
+    if (j->bf16 && (L->w.format == GP_WFMT_F32 || L->w.format == GP_WFMT_F16)) bf16_rows(j, r0, r1);
+    else if (j->n == 1) gp_cpu_matvec(j->K, j->y, &L->w, r0, r1, j->x);
     else gp_cpu_gemm(j->K, j->y, d, &L->w, r0, r1, j->x, j->n);
     if (L->bias.data)
         for (int32_t t = 0; t < j->n; t++)
-            for (int64_t r = r0; r < r1; r++) j->y[(int64_t)t * d + r] += wt_at(&L->bias, r);
+            for (int64_t r = r0; r < r1; r++) {
+                float *yr = &j->y[(int64_t)t * d + r];
+                *yr = j->bf16 ? bf16r(*yr + bf16r(wt_at(&L->bias, r))) : *yr + wt_at(&L->bias, r);
+            }
     const float *z = j->z;
     for (int32_t i = 0; i < L->n_lora; i++) {
         const gp_lora *lo = &L->lora[i];
@@ -103,8 +123,21 @@ static void cpu_linear(gp_ws *ws, float *y, const float *x, const gp_linear *L, 
     /* decode: 128-row chunks (a few hundred KB of weights each); prefill: about 4 chunks per thread, whole tiles */
     int64_t chunk = n == 1 ? 128 : (d + 4 * nt - 1) / (4 * nt);
     if (n > 1) chunk = chunk < 96 ? 96 : (chunk + 47) / 48 * 48;
-    linear_job j = {K, y, x, L, z, n, chunk};
+    linear_job j = {K, y, x, L, z, n, chunk, is_bf16(ws)};
     gp_pool_run((int)nt, (d + chunk - 1) / chunk, linear_item, &j);
+    if (is_bf16(ws)) round_all(y, (int64_t)n * d); /* bf16: float32 accumulation, the output rounded */
+}
+
+static void bf16_rows(const linear_job *j, int64_t r0, int64_t r1) {
+    const gp_wt *w = &j->L->w;
+    float *row = malloc((size_t)w->cols * sizeof(float));
+    if (!row) return; /* (no memory for one row: the rows stay unwritten, as the generic kernel does) */
+    for (int64_t r = r0; r < r1; r++) {
+        gp_cpu_format_of(w->format)->widen(w, r, row);
+        round_all(row, w->cols);
+        for (int32_t t = 0; t < j->n; t++) j->y[(int64_t)t * w->rows + r] = j->K->dot(row, j->x + (int64_t)t * w->cols, w->cols);
+    }
+    free(row);
 }
 
 typedef struct norm_job {
@@ -114,7 +147,7 @@ typedef struct norm_job {
     int32_t d, per;
     int32_t n;
     float eps;
-    int plus_one;
+    int plus_one, bf16;
 } norm_job;
 
 /* Item i of rmsnorm: tokens [i*per, (i+1)*per). */
@@ -128,8 +161,11 @@ static void rmsnorm_item(void *arg, int64_t it, int thread) {
         for (int32_t i = 0; i < d; i++) ss += xt[i] * xt[i];
         float inv = 1.0f / sqrtf(ss / (float)d + j->eps);
         for (int32_t i = 0; i < d; i++) {
-            float g = wt_at(j->w, i);
-            yt[i] = j->plus_one ? (xt[i] * inv) * (1.0f + g) : g * (xt[i] * inv);
+            float g = j->bf16 ? bf16r(wt_at(j->w, i)) : wt_at(j->w, i); /* bf16: the weight as a bf16 tensor */
+            if (!j->bf16) yt[i] = j->plus_one ? (xt[i] * inv) * (1.0f + g) : g * (xt[i] * inv);
+            /* bf16: Llama/Qwen round x * inv to bf16, then multiply by the bf16 weight; Gemma multiplies by
+             * (1 + w) in float32 and rounds the product */
+            else yt[i] = j->plus_one ? bf16r((xt[i] * inv) * (1.0f + g)) : bf16r(g * bf16r(xt[i] * inv));
         }
     }
 }
@@ -139,7 +175,7 @@ static void cpu_rmsnorm(gp_ws *ws, float *y, const float *x, const gp_wt *w, int
                         int plus_one) {
     int32_t per = 16384 / (d > 0 ? d : 1);
     per = per < 1 ? 1 : per;
-    norm_job j = {y, x, w, d, per, n, eps, plus_one};
+    norm_job j = {y, x, w, d, per, n, eps, plus_one, is_bf16(ws)};
     gp_pool_run(ws->n_threads, (n + per - 1) / per, rmsnorm_item, &j);
 }
 
@@ -147,6 +183,7 @@ typedef struct rope_job {
     float *x;
     int32_t heads, hd, pos0;
     const float *inv_freq;
+    int bf16;
 } rope_job;
 
 /* Item t of rope: every head of token t. */
@@ -157,13 +194,18 @@ static void rope_item(void *arg, int64_t t, int thread) {
     float p = (float)(j->pos0 + t);
     for (int32_t i = 0; i < half; i++) {
         float a = p * j->inv_freq[i];
-        c[i] = cosf(a);
-        s[i] = sinf(a);
+        c[i] = j->bf16 ? bf16r(cosf(a)) : cosf(a); /* bf16: cos/sin cast to the activations' dtype */
+        s[i] = j->bf16 ? bf16r(sinf(a)) : sinf(a);
     }
     for (int32_t h = 0; h < j->heads; h++) {
         float *v = j->x + (t * j->heads + h) * j->hd;
         for (int32_t i = 0; i < half; i++) {
             float x1 = v[i], x2 = v[i + half];
+            if (j->bf16) { /* q * cos + rotate_half(q) * sin, each product and the sum rounded */
+                v[i] = bf16r(bf16r(x1 * c[i]) - bf16r(x2 * s[i]));
+                v[i + half] = bf16r(bf16r(x2 * c[i]) + bf16r(x1 * s[i]));
+                continue;
+            }
             v[i] = x1 * c[i] - x2 * s[i];
             v[i + half] = x2 * c[i] + x1 * s[i];
         }
@@ -173,7 +215,7 @@ static void rope_item(void *arg, int64_t t, int thread) {
 /* x [n, heads, hd]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) over the two halves */
 static void cpu_rope(gp_ws *ws, float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos0,
                      const float *inv_freq) {
-    rope_job j = {x, heads, hd, pos0, inv_freq};
+    rope_job j = {x, heads, hd, pos0, inv_freq, is_bf16(ws)};
     gp_pool_run(ws->n_threads, n, rope_item, &j);
 }
 
@@ -182,6 +224,7 @@ typedef struct attn_job {
     const gp_simd_kernels *K;
     float *scratch;  /* [n_threads, stride] */
     int64_t stride;
+    int bf16;
 } attn_job;
 
 /* out [len] = elements [off, off+len) of quantized row r of s (x = q * scale[g] + min[g], g = i / group). */
@@ -254,17 +297,23 @@ static void attn_item(void *arg, int64_t tk, int thread) {
         WALK(&w, 0, (K->scores(sc + cnt, q, row, kv_stride, c, hd), n_keys = cnt + c));
         float mx = -INFINITY;
         for (int32_t i = 0; i < n_keys; i++) {
-            float s = sc[i] * a->scale;
-            if (a->softcap > 0) s = tanhf(s / a->softcap) * a->softcap;
+            float s = J->bf16 ? bf16r(bf16r(sc[i]) * a->scale) : sc[i] * a->scale;
+            if (a->softcap > 0)
+                s = J->bf16 ? bf16r(bf16r(tanhf(bf16r(s / a->softcap))) * a->softcap) : tanhf(s / a->softcap) * a->softcap;
             sc[i] = s;
             if (s > mx) mx = s;
         }
-        const float sum = K->exp_sum(sc, n_keys, mx);
+        float sum = K->exp_sum(sc, n_keys, mx);
+        if (J->bf16) { /* softmax in float32, probabilities cast to bf16, then p @ v */
+            for (int32_t i = 0; i < n_keys; i++) sc[i] = bf16r(sc[i] / sum);
+            sum = 1.0f;
+        }
         float *o = a->out + ((int64_t)t * a->n_heads + h) * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
         w.tmp = sc + (J->stride - hd);
         WALK(&w, 1, K->pv(o, sc + cnt, sum, row, kv_stride, c, hd));
         w.tmp = sc + (J->stride - 2 * hd);
+        if (J->bf16) round_all(o, hd);
     }
 }
 
@@ -273,17 +322,21 @@ static void attn_item(void *arg, int64_t tk, int thread) {
  * sum by exp_sum, then the values accumulated key by key.  The scratch row is the running thread's. */
 static void cpu_attention(gp_ws *ws, const gp_attn_args *a) {
     const cpu_ws *cw = ws->impl;
-    attn_job j = {a, gp_cpu_kernels(), cw->attn, cw->attn_stride};
+    attn_job j = {a, gp_cpu_kernels(), cw->attn, cw->attn_stride, is_bf16(ws)};
     gp_pool_run(ws->n_threads, (int64_t)a->n * a->n_kv, attn_item, &j);
 }
 
 static void cpu_embed(gp_ws *ws, float *y, const int32_t *ids, int32_t n, const gp_wt *table, float scale) {
     const gp_cpu_format *F = gp_cpu_format_of(table->format);
+    const int bf = is_bf16(ws);
+    if (bf) scale = bf16r(scale); /* Gemma's normalizer is a tensor of the activations' dtype */
     for (int32_t t = 0; t < n; t++) {
         float *yt = y + (int64_t)t * table->cols;
         F->widen(table, ids[t], yt);
+        if (bf) round_all(yt, table->cols); /* a float16/float32 table loaded as bf16 */
         if (scale != 1.0f)
             for (int64_t i = 0; i < table->cols; i++) yt[i] *= scale;
+        if (bf) round_all(yt, table->cols);
     }
 }
 
@@ -296,12 +349,24 @@ typedef struct ew_job {
     int64_t n;
     gp_act act;
     float cap;
+    int bf16;
 } ew_job;
+
+/* act(x) in float32 (bf16 mode: torch computes the activation of a bf16 tensor in float and rounds it). */
+static float act_one(gp_act act, float x) {
+    if (act == GP_ACT_SILU) return x / (1.0f + expf(-x));
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    return 0.5f * x * (1.0f + tanhf(beta * (x + kappa * x * x * x)));
+}
 
 /* Item i of glu: elements [i*EW_CHUNK, ...) (element-wise: any split gives the same bits). */
 static void glu_item(void *arg, int64_t it, int thread) {
     const ew_job *j = arg;
     const int64_t i0 = it * EW_CHUNK, i1 = i0 + EW_CHUNK < j->n ? i0 + EW_CHUNK : j->n;
+    if (j->bf16) { /* act(gate) rounded, then the product rounded */
+        for (int64_t i = i0; i < i1; i++) j->x[i] = bf16r(bf16r(act_one(j->act, j->x[i])) * j->u[i]);
+        return;
+    }
     if (j->act == GP_ACT_SILU) {
         j->K->silu_mul(j->x + i0, j->u + i0, i1 - i0);
         return;
@@ -315,13 +380,16 @@ static void glu_item(void *arg, int64_t it, int thread) {
 
 /* gate [n] = act(gate) * up [n] */
 static void cpu_glu(gp_ws *ws, float *gate, const float *up, int64_t n, gp_act act) {
-    ew_job j = {gp_cpu_kernels(), gate, up, n, act, 0};
+    ew_job j = {gp_cpu_kernels(), gate, up, n, act, 0, is_bf16(ws)};
     gp_pool_run(ws->n_threads, (n + EW_CHUNK - 1) / EW_CHUNK, glu_item, &j);
 }
 
 /* y [n] += x [n] */
 static void cpu_add(gp_ws *ws, float *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+    if (is_bf16(ws))
+        for (int64_t i = 0; i < n; i++) y[i] = bf16r(y[i] + x[i]); /* bf16: the sum rounded */
+    else
+        for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 /* x [n, d] += c * v [d] per row */
@@ -336,12 +404,15 @@ static void cpu_add_row(gp_ws *ws, float *x, const float *v, float c, int32_t n,
 static void softcap_item(void *arg, int64_t it, int thread) {
     const ew_job *j = arg;
     const int64_t i0 = it * EW_CHUNK, i1 = i0 + EW_CHUNK < j->n ? i0 + EW_CHUNK : j->n;
-    for (int64_t i = i0; i < i1; i++) j->x[i] = tanhf(j->x[i] / j->cap) * j->cap;
+    if (j->bf16) /* logits / cap, tanh, * cap: each rounded */
+        for (int64_t i = i0; i < i1; i++) j->x[i] = bf16r(bf16r(tanhf(bf16r(j->x[i] / j->cap))) * j->cap);
+    else
+        for (int64_t i = i0; i < i1; i++) j->x[i] = tanhf(j->x[i] / j->cap) * j->cap;
 }
 
 /* x [n] = cap * tanh(x / cap) */
 static void cpu_softcap(gp_ws *ws, float *x, int64_t n, float cap) {
-    ew_job j = {NULL, x, NULL, n, GP_ACT_SILU, cap};
+    ew_job j = {NULL, x, NULL, n, GP_ACT_SILU, cap, is_bf16(ws)};
     gp_pool_run(ws->n_threads, (n + EW_CHUNK - 1) / EW_CHUNK, softcap_item, &j);
 }
 

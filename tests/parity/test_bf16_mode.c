@@ -1,0 +1,135 @@
+/* test_bf16_mode.c — GP_COMPUTE_BF16 against transformers' own bf16 forward (references/modes: cpu_bf16_eager,
+ * transformers 5.17 with dtype=torch.bfloat16 and eager attention on the CPU): greedy_48 of every prompt of every
+ * fixture model, and the last-position logits.  Stated targets: greedy identical on >= 90% of the sequences (issue
+ * 14; bf16 results depend on accumulation order near rounding ties, so exact equality everywhere is not expected),
+ * and on every model the bf16 mode's logits closer to the bf16 reference than the float32 mode's are (the float32
+ * distance is the size of what the mode has to reproduce).  The measured numbers are printed. */
+#include "test.h"
+
+#include "fixtures.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tally {
+    int same, total;
+    double err_bf16, err_f32; /* worst |logit - bf16 reference| of each mode */
+} tally;
+
+/* Last logits of ids with compute mode `mode` into out [V]. */
+static int logits_mode(gp_model *m, int32_t mode, const int32_t *ids, int n, float *out) {
+    gp_ctx_params p = gp_ctx_default_params();
+    p.compute = mode;
+    gp_ctx *c = NULL;
+    int ok = gp_ctx_init(m, &p, &c) == GP_OK && gp_ctx_eval(c, ids, n, NULL, out) == GP_OK;
+    gp_ctx_free(c);
+    return ok;
+}
+
+static void check_model(const char *name, const gp_st_set *modes, const cJSON *rows, tally *t) {
+    fx_refs rf;
+    if (fx_refs_load(name, &rf)) return;
+    gp_model *m = fx_load_model(name, 0);
+    gp_ctx_params p = gp_ctx_default_params();
+    p.compute = GP_COMPUTE_BF16;
+    gp_ctx *c = NULL;
+    if (!m || gp_ctx_init(m, &p, &c) != GP_OK) {
+        gp_test_failed = 1;
+        gp_model_free(m), fx_refs_free(&rf);
+        return;
+    }
+    const int V = gp_model_n_vocab(m);
+    float *lb = malloc(V * sizeof(float)), *lf = malloc(V * sizeof(float));
+    int pi = 0, same = 0;
+    double eb = 0, ef = 0;
+    const cJSON *pr;
+    cJSON_ArrayForEach(pr, cJSON_GetObjectItem(rf.json, "prompts")) {
+        int32_t *ids = NULL, *want = NULL;
+        const int n = fx_int_array(cJSON_GetObjectItem(pr, "ids"), &ids);
+        const int nw = fx_int_array(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, pi), "greedy_48"), &want);
+        gp_gen_config g = gp_model_gen_config(m);
+        g.do_sample = 0;
+        g.max_new_tokens = 48;
+        gp_gen_result r;
+        if (n > 0 && nw > 0 && gp_generate(c, ids, n, &g, NULL, NULL, &r) == GP_OK) {
+            same += fx_first_diff(r.tokens, r.n_tokens, want, nw) < 0;
+            gp_gen_result_free(&r);
+        } else gp_test_failed = 1;
+        char key[128];
+        snprintf(key, sizeof key, "%s.prompt%d.last_logits", name, pi);
+        const gp_tensor_view *ref = gp_st_find(modes, key);
+        if (ref && ref->n_elems == (uint64_t)V && logits_mode(m, GP_COMPUTE_BF16, ids, n, lb) &&
+            logits_mode(m, GP_COMPUTE_F32, ids, n, lf)) {
+            const double a = fx_max_abs_diff(lb, ref->data, V), b = fx_max_abs_diff(lf, ref->data, V);
+            eb = a > eb ? a : eb, ef = b > ef ? b : ef;
+        } else {
+            NOTE("%s prompt %d: no usable '%s'", name, pi, key);
+            gp_test_failed = 1;
+        }
+        free(ids), free(want);
+        pi++;
+    }
+    NOTE("%-17s bf16 mode: greedy_48 %d/%d identical to cpu_bf16_eager; last logits max |diff| %.4f (float32 mode: "
+         "%.4f)", name, same, pi, eb, ef);
+    CHECK(eb < ef); /* the mode reproduces bf16, not float32 */
+    t->same += same, t->total += pi;
+    t->err_bf16 = eb > t->err_bf16 ? eb : t->err_bf16, t->err_f32 = ef > t->err_f32 ? ef : t->err_f32;
+    free(lb), free(lf);
+    gp_ctx_free(c);
+    gp_model_free(m);
+    fx_refs_free(&rf);
+}
+
+TEST(bf16_mode_vs_transformers_bf16) {
+    char *mp = gp_test_fixture("references/modes/cpu_bf16_eager.safetensors"), *jp = gp_test_fixture("references/modes.json");
+    if (!mp || !jp) {
+        free(mp), free(jp);
+        return;
+    }
+    gp_st_set *modes = NULL;
+    cJSON *mj = fx_read_json(jp);
+    REQUIRE(gp_st_open_file(mp, &modes) == GP_OK && mj);
+    tally t = {0};
+    for (int i = 0; i < GP_N_FIXTURE_MODELS; i++) {
+        const char *name = GP_FIXTURE_MODELS[i];
+        const cJSON *rows = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "models"), name),
+                                                "cpu_bf16_eager");
+        if (rows) check_model(name, modes, rows, &t);
+    }
+    NOTE("all models: greedy_48 %d/%d identical (%.0f%%; target >= 90%%); worst logit diff %.4f (float32 mode %.4f)",
+         t.same, t.total, t.total ? 100.0 * t.same / t.total : 0.0, t.err_bf16, t.err_f32);
+    CHECK(t.total > 0 && t.same * 10 >= t.total * 9);
+    gp_st_close(modes);
+    cJSON_Delete(mj);
+    free(mp), free(jp);
+}
+
+TEST(bf16_mode_invariant_to_threads_and_chunks) {
+    gp_model *m = fx_load_model("tiny-qwen3", 0);
+    if (!m) return;
+    const int V = gp_model_n_vocab(m);
+    int32_t ids[37];
+    for (int i = 0; i < 37; i++) ids[i] = 1 + (i * 7919) % 1000;
+    float *ref = malloc(V * sizeof(float)), *x = malloc(V * sizeof(float));
+    const int32_t threads[3] = {1, 2, 2}, chunks[3] = {512, 1, 5};
+    int same = 0;
+    for (int k = 0; k < 3; k++) {
+        gp_ctx_params p = gp_ctx_default_params();
+        p.compute = GP_COMPUTE_BF16, p.n_threads = threads[k], p.prefill_chunk = chunks[k];
+        gp_ctx *c = NULL;
+        CHECK_STATUS(gp_ctx_init(m, &p, &c), GP_OK);
+        if (c) CHECK_STATUS(gp_ctx_eval(c, ids, 37, NULL, k ? x : ref), GP_OK);
+        same += k && memcmp(x, ref, V * sizeof(float)) == 0;
+        gp_ctx_free(c);
+    }
+    NOTE("bf16 mode: threads {1,2,2} x prefill chunks {512,1,5}: %d/2 runs bit-identical to the first", same);
+    CHECK_EQ_INT(same, 2);
+    gp_ctx_params p = gp_ctx_default_params();
+    p.compute = 7;
+    gp_ctx *c = NULL;
+    CHECK_STATUS(gp_ctx_init(m, &p, &c), GP_ERR_INVALID_ARG);
+    free(ref), free(x);
+    gp_model_free(m);
+}
