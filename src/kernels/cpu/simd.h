@@ -50,6 +50,9 @@ void gp_scalar_matvec_f16(float *y, const gp_wt *w, int64_t r0, int64_t r1, cons
 void gp_avx2_matvec_f32(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
 void gp_avx2_matvec_bf16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
 void gp_avx2_matvec_f16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
+void gp_avx2_gemm_f32(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
+void gp_avx2_gemm_bf16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
+void gp_avx2_gemm_f16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
 void gp_avx512_matvec_f32(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
 void gp_avx512_matvec_bf16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
 void gp_avx512_matvec_f16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);

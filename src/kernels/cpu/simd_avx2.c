@@ -106,6 +106,73 @@ DEFINE_MATVEC(matvec_f32, float, ld_f32)
 DEFINE_MATVEC(matvec_bf16, uint16_t, ld_bf16)
 DEFINE_MATVEC(matvec_f16, uint16_t, ld_f16)
 
+/* 8 weights (lanes of one half) as float32 */
+static inline __m256 h8_f32(const float *p) { return _mm256_loadu_ps(p); }
+static inline __m256 h8_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline __m256 h8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* Matrix-matrix tiles of 2 rows x 3 tokens: every output runs exactly the matrix-vector kernel's arithmetic (its
+ * 16 lanes accumulate w[k] * x[k] for k = lane mod 16 in increasing k, a tail lane-blended after a zero-padded FMA,
+ * then reduce16), so gemm == matvec bit for bit; the tile loads each weight half once for 3 tokens and each
+ * activation half once for 2 rows (12 accumulators).  Tokens are taken in blocks of GEMM_TB so their activations stay
+ * in L2 while every row pair streams past; leftover rows and tokens go through the matrix-vector kernel. */
+#define GEMM_TB 24
+#define DEFINE_GEMM(NAME, MATVEC, TYPE, H8)                                                                           \
+    static void NAME##_tile(float *y, int64_t ldy, const TYPE *w0, const TYPE *w1, int64_t K, const float *x,       \
+                            int64_t r) {                                                                              \
+        const int64_t kf = K & ~(int64_t)15, rem = K & 15;                                                            \
+        __m256 a[2][3][2];                                                                                            \
+        for (int i = 0; i < 2; i++)                                                                                   \
+            for (int t = 0; t < 3; t++) a[i][t][0] = a[i][t][1] = _mm256_setzero_ps();                                \
+        for (int64_t k = 0; k < kf; k += 16)                                                                          \
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {                                                     \
+                const __m256 x0 = _mm256_loadu_ps(x + k + 8 * h), x1 = _mm256_loadu_ps(x + K + k + 8 * h),            \
+                             x2 = _mm256_loadu_ps(x + 2 * K + k + 8 * h);                                             \
+                __m256 wv = H8(w0 + k + 8 * h);                                                                       \
+                a[0][0][h] = _mm256_fmadd_ps(wv, x0, a[0][0][h]);                                                     \
+                a[0][1][h] = _mm256_fmadd_ps(wv, x1, a[0][1][h]);                                                     \
+                a[0][2][h] = _mm256_fmadd_ps(wv, x2, a[0][2][h]);                                                     \
+                wv = H8(w1 + k + 8 * h);                                                                              \
+                a[1][0][h] = _mm256_fmadd_ps(wv, x0, a[1][0][h]);                                                     \
+                a[1][1][h] = _mm256_fmadd_ps(wv, x1, a[1][1][h]);                                                     \
+                a[1][2][h] = _mm256_fmadd_ps(wv, x2, a[1][2][h]);                                                     \
+            }                                                                                                         \
+        if (rem) {                                                                                                    \
+            __m256 m[2];                                                                                              \
+            tail_mask(rem, &m[0], &m[1]);                                                                             \
+            for (int i = 0; i < 2; i++) {                                                                             \
+                TYPE wt[16] = {0};                                                                                    \
+                memcpy(wt, (i ? w1 : w0) + kf, (size_t)rem * sizeof(TYPE));                                           \
+                for (int t = 0; t < 3; t++) {                                                                         \
+                    float xt[16] = {0};                                                                               \
+                    memcpy(xt, x + t * K + kf, (size_t)rem * sizeof(float));                                          \
+                    for (int h = 0; h < 2; h++)                                                                       \
+                        a[i][t][h] = _mm256_blendv_ps(                                                                \
+                            a[i][t][h], _mm256_fmadd_ps(H8(wt + 8 * h), _mm256_loadu_ps(xt + 8 * h), a[i][t][h]), m[h]); \
+                }                                                                                                     \
+            }                                                                                                         \
+        }                                                                                                             \
+        for (int i = 0; i < 2; i++)                                                                                   \
+            for (int t = 0; t < 3; t++) y[t * ldy + r + i] = reduce16(a[i][t][0], a[i][t][1]);                       \
+    }                                                                                                                 \
+    void NAME(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {             \
+        const TYPE *W = w->data;                                                                                      \
+        const int64_t K = w->cols, rp = r0 + ((r1 - r0) & ~(int64_t)1);                                               \
+        for (int32_t t0 = 0; t0 < n; t0 += GEMM_TB) {                                                                 \
+            const int32_t t1 = t0 + GEMM_TB < n ? t0 + GEMM_TB : n, t3 = t0 + (t1 - t0) / 3 * 3;                      \
+            for (int64_t r = r0; r < rp; r += 2)                                                                      \
+                for (int32_t t = t0; t < t3; t += 3)                                                                  \
+                    NAME##_tile(y + (int64_t)t * ldy, ldy, W + r * K, W + (r + 1) * K, K, x + (int64_t)t * K, r);     \
+            for (int32_t t = t0; t < t1; t++) /* leftover tokens: all rows; leftover row: the tiled tokens */        \
+                MATVEC(y + (int64_t)t * ldy, W, K, t < t3 ? rp : r0, r1, x + (int64_t)t * K);                          \
+        }                                                                                                             \
+    }
+DEFINE_GEMM(gp_avx2_gemm_f32, matvec_f32, float, h8_f32)
+DEFINE_GEMM(gp_avx2_gemm_bf16, matvec_bf16, uint16_t, h8_bf16)
+DEFINE_GEMM(gp_avx2_gemm_f16, matvec_f16, uint16_t, h8_f16)
+
 /* y[r] = W[r] · x, r in [r0, r1), per dense format (rows of formats.c; gemm is formats.c's generic one) */
 void gp_avx2_matvec_f32(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
     matvec_f32(y, w->data, w->cols, r0, r1, x);
