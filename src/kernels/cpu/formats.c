@@ -79,8 +79,8 @@ static const gp_cpu_format FORMATS[GP_WFMT_COUNT] = {
                       [GP_SIMD_AVX512] = X86({gp_avx512_matvec_f16, gp_avx512_gemm_f16})}},
     [GP_WFMT_QAFFINE] = {"qaffine", widen_qaffine, at_qaffine, gp_cpu_qaffine_fast,
                          {[GP_SIMD_SCALAR] = {NULL, NULL},
-                          [GP_SIMD_AVX2] = X86({gp_avx2_matvec_qaffine, NULL}),
-                          [GP_SIMD_AVX512] = X86({gp_avx2_matvec_qaffine, NULL})}},
+                          [GP_SIMD_AVX2] = X86({gp_avx2_matvec_qaffine, gp_avx2_gemm_qaffine}),
+                          [GP_SIMD_AVX512] = X86({gp_avx2_matvec_qaffine, gp_avx2_gemm_qaffine})}},
 };
 
 const gp_cpu_format *gp_cpu_format_of(gp_wfmt f) {
