@@ -11,6 +11,8 @@
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
+#include "kernels/cpu/avx2_reduce.h" /* reduce16 */
+
 static inline float aux(const gp_wt_aux *a, int64_t i) {
     if (a->dtype == GP_DTYPE_BF16) return gp_bf16_to_f32(((const uint16_t *)a->data)[i]);
     if (a->dtype == GP_DTYPE_F16) return gp_f16_to_f32(((const uint16_t *)a->data)[i]);
@@ -32,14 +34,6 @@ static inline void ld_q8(const uint8_t *p, __m256i *lo, __m256i *hi) {
 
 static inline __m256 deq(__m256i q, __m256 s, __m256 b) { return _mm256_add_ps(_mm256_mul_ps(s, _mm256_cvtepi32_ps(q)), b); }
 
-/* Same reduction tree as simd_avx2.c's reduce16. */
-static inline float reduce16(__m256 lo, __m256 hi) {
-    __m256 a = _mm256_add_ps(lo, hi);
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
-    return _mm_cvtss_f32(d);
-}
 
 #define QROWS 2
 /* y[r] = W[r] · x for r in [r0, r1); bits 4 or 8 (gp_cpu_qaffine_fast). */

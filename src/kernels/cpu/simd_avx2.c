@@ -8,6 +8,8 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
+
+#include "kernels/cpu/avx2_reduce.h" /* reduce16 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +36,6 @@ static inline void tail_mask(int64_t n, __m256 *lo, __m256 *hi) {
     *hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)n - 8), idx));
 }
 
-/* The fixed tree over lanes 0-15 (lo = 0-7, hi = 8-15): j += j+8, +4, +2, +1. */
-static inline float reduce16(__m256 lo, __m256 hi) {
-    __m256 a = _mm256_add_ps(lo, hi);
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
-    return _mm_cvtss_f32(d);
-}
 
 /* exp(x): the same operations as exp16 in simd_avx512.c */
 static inline __m256 exp8(__m256 x) {
