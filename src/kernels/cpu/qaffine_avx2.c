@@ -116,10 +116,13 @@ void gp_avx2_gemm_qaffine(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int
     const int64_t K = w->cols, rp = r0 + ((r1 - r0) & ~(int64_t)1);
     for (int32_t t0 = 0; t0 < n; t0 += QTB) {
         const int32_t t1 = t0 + QTB < n ? t0 + QTB : n, t3 = t0 + (t1 - t0) / 3 * 3;
-        for (int64_t r = r0; r < rp; r += 2)
+        for (int64_t r = r0; r < rp; r += 2) {
             for (int32_t t = t0; t < t3; t += 3) tile(y + (int64_t)t * ldy, ldy, w, r, x + (int64_t)t * K);
-        for (int32_t t = t0; t < t1; t++) /* leftover tokens: all rows; leftover row: the tiled tokens */
-            gp_avx2_matvec_qaffine(y + (int64_t)t * ldy, w, t < t3 ? rp : r0, r1, x + (int64_t)t * K);
+            for (int32_t t = t3; t < t1; t++) /* 1-2 leftover tokens while the row pair is in cache */
+                gp_avx2_matvec_qaffine(y + (int64_t)t * ldy, w, r, r + 2, x + (int64_t)t * K);
+        }
+        for (int32_t t = t0; rp < r1 && t < t1; t++) /* the leftover row */
+            gp_avx2_matvec_qaffine(y + (int64_t)t * ldy, w, rp, r1, x + (int64_t)t * K);
     }
 }
 

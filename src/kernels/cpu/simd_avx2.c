@@ -111,7 +111,9 @@ static inline __m256 h8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_load
  * 16 lanes accumulate w[k] * x[k] for k = lane mod 16 in increasing k, a tail lane-blended after a zero-padded FMA,
  * then reduce16), so gemm == matvec bit for bit; the tile loads each weight half once for 3 tokens and each
  * activation half once for 2 rows (12 accumulators).  Tokens are taken in blocks of GEMM_TB so their activations stay
- * in L2 while every row pair streams past; leftover rows and tokens go through the matrix-vector kernel. */
+ * in L2 while every row pair streams past (read from memory once per block: a batch step of up to 24 sequences reads
+ * the weights once); leftover tokens (while the row pair is in L1) and the leftover row go through the
+ * matrix-vector kernel. */
 #define GEMM_TB 24
 #define DEFINE_GEMM(NAME, MATVEC, TYPE, H8)                                                                           \
     static void NAME##_tile(float *y, int64_t ldy, const TYPE *w0, const TYPE *w1, int64_t K, const float *x,       \
@@ -156,11 +158,14 @@ static inline __m256 h8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_load
         const int64_t K = w->cols, rp = r0 + ((r1 - r0) & ~(int64_t)1);                                               \
         for (int32_t t0 = 0; t0 < n; t0 += GEMM_TB) {                                                                 \
             const int32_t t1 = t0 + GEMM_TB < n ? t0 + GEMM_TB : n, t3 = t0 + (t1 - t0) / 3 * 3;                      \
-            for (int64_t r = r0; r < rp; r += 2)                                                                      \
+            for (int64_t r = r0; r < rp; r += 2) {                                                                    \
                 for (int32_t t = t0; t < t3; t += 3)                                                                  \
                     NAME##_tile(y + (int64_t)t * ldy, ldy, W + r * K, W + (r + 1) * K, K, x + (int64_t)t * K, r);     \
-            for (int32_t t = t0; t < t1; t++) /* leftover tokens: all rows; leftover row: the tiled tokens */        \
-                MATVEC(y + (int64_t)t * ldy, W, K, t < t3 ? rp : r0, r1, x + (int64_t)t * K);                          \
+                for (int32_t t = t3; t < t1; t++) /* 1-2 leftover tokens while the row pair is in L1 */               \
+                    MATVEC(y + (int64_t)t * ldy, W, K, r, r + 2, x + (int64_t)t * K);                                 \
+            }                                                                                                         \
+            for (int32_t t = t0; rp < r1 && t < t1; t++) /* the leftover row */                                      \
+                MATVEC(y + (int64_t)t * ldy, W, K, rp, r1, x + (int64_t)t * K);                                       \
         }                                                                                                             \
     }
 DEFINE_GEMM(gp_avx2_gemm_f32, matvec_f32, float, h8_f32)
