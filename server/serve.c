@@ -121,7 +121,7 @@ int cmd_serve(int argc, char **argv) {
         gp_model_free(s.model);
         return 1;
     }
-    s.adapters = &o.ad;
+    s.adapters = o.ad.loaded, s.adapter_scales = o.ad.scale, s.n_adapters = o.ad.n;
     s.tok = gp_model_tokenizer(s.model);
     gp_status ts = s.tok ? gp_chat_template_load(o.model, &s.tmpl) : GP_ERR_MISSING;
     if (ts != GP_OK && ts != GP_ERR_MISSING)

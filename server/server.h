@@ -6,7 +6,6 @@
 #define GP_SERVER_H
 
 #include "genparity.h"
-struct cli_adapters; /* cli/cli.h: --adapter flags */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -77,7 +76,9 @@ typedef struct server {
     int parallel, max_queue;
     size_t max_body;
     const char *api_key;
-    const struct cli_adapters *adapters; /* --adapter: set on every slot's context */
+    gp_adapter *const *adapters; /* --adapter: set on every slot's context (n_adapters, scales) */
+    const float *adapter_scales;
+    int n_adapters;
     slot *slots;
     /* scheduler state, guarded by mu */
     pthread_mutex_t mu;

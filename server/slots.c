@@ -2,7 +2,6 @@
  * queue with a length limit, and prefix-aware dispatch (a queued job goes to the idle slot whose cache shares the
  * longest prefix with its prompt, so a conversation that extends an earlier one reuses its cached positions). */
 #include "server.h"
-#include "../cli/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,7 +182,10 @@ int slots_start(server *s, const gp_ctx_params *cp) {
             fprintf(stderr, "genparity serve: creating slot %d: %s\n", i, gp_errmsg());
             return -1;
         }
-        if (s->adapters && cli_adapters_set(sl->ctx, s->adapters)) return -1;
+        if (s->n_adapters && gp_ctx_set_adapters(sl->ctx, s->adapters, s->adapter_scales, s->n_adapters) != GP_OK) {
+            fprintf(stderr, "genparity serve: --adapter on slot %d: %s\n", i, gp_errmsg());
+            return -1;
+        }
     }
     s->n_ctx = s->n_ctx ? s->n_ctx : gp_model_n_ctx_train(s->model);
     for (int i = 0; i < s->parallel; i++) {
