@@ -84,3 +84,17 @@ def test_qlora_vs_mlx_lm(fx, tmp_path):
                                                                                          max_tokens=24)
     print(f"QLoRA (4-bit base + adapter) vs mlx-lm float32: max |logit diff| {worst:.3g} (tolerance 1e-3)")
     assert worst <= 1e-3
+
+
+def test_server_with_adapter(start_server):
+    """`genparity serve --adapter DIR`: every slot runs the adapter (the lora.greedy_48 reference over HTTP)."""
+    from conftest import post
+    name = "tiny-llama"
+    ref = reference(name)
+    srv = start_server(model_dir(name), "--adapter", str(model_dir(name) / "adapter-peft"))
+    p = ref["prompts"][0]
+    status, _, body = post(srv.url + "/v1/completions", {"prompt": p["ids"], "max_tokens": 48, "temperature": 0,
+                                                         "ignore_eos": True})
+    assert status == 200, body
+    m, tok = genparity.load(str(model_dir(name)))
+    assert body["choices"][0]["text"] == tok.decode(ref["lora"]["greedy_48"][0])
