@@ -158,11 +158,13 @@ static inline __m256 h8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_load
         const int64_t K = w->cols, rp = r0 + ((r1 - r0) & ~(int64_t)1);                                               \
         for (int32_t t0 = 0; t0 < n; t0 += GEMM_TB) {                                                                 \
             const int32_t t1 = t0 + GEMM_TB < n ? t0 + GEMM_TB : n, t3 = t0 + (t1 - t0) / 3 * 3;                      \
-            for (int64_t r = r0; r < rp; r += 2) {                                                                    \
-                for (int32_t t = t0; t < t3; t += 3)                                                                  \
-                    NAME##_tile(y + (int64_t)t * ldy, ldy, W + r * K, W + (r + 1) * K, K, x + (int64_t)t * K, r);     \
-                for (int32_t t = t3; t < t1; t++) /* 1-2 leftover tokens while the row pair is in L1 */               \
-                    MATVEC(y + (int64_t)t * ldy, W, K, r, r + 2, x + (int64_t)t * K);                                 \
+            for (int64_t r4 = r0; r4 < rp; r4 += 4) { /* 4 rows: two tile pairs, then the matvec's 4-row pass */      \
+                const int64_t re = r4 + 4 < rp ? r4 + 4 : rp;                                                         \
+                for (int64_t r = r4; r < re; r += 2)                                                                  \
+                    for (int32_t t = t0; t < t3; t += 3)                                                              \
+                        NAME##_tile(y + (int64_t)t * ldy, ldy, W + r * K, W + (r + 1) * K, K, x + (int64_t)t * K, r); \
+                for (int32_t t = t3; t < t1; t++) /* 1-2 leftover tokens while these rows are in L1 */                \
+                    MATVEC(y + (int64_t)t * ldy, W, K, r4, re, x + (int64_t)t * K);                                   \
             }                                                                                                         \
             for (int32_t t = t0; rp < r1 && t < t1; t++) /* the leftover row */                                      \
                 MATVEC(y + (int64_t)t * ldy, W, K, rp, r1, x + (int64_t)t * K);                                       \
