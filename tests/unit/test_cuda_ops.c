@@ -23,7 +23,7 @@ static gp_ws *g_ws;
 static gp_ws *cpu(void) {
     if (!g_ws) {
         gp_backend_params bp = {1};
-        gp_ws_params wp = {1, 64, 4096, 256, 0};
+        gp_ws_params wp = {.n_threads = 1, .max_tokens = 64, .max_keys = 4096, .head_dim = 256};
         if (gp_backend_cpu_init(&bp, &g_cpu) || g_cpu->ops->ws_init(g_cpu, &wp, &g_ws)) return NULL;
     }
     return g_ws;
