@@ -359,6 +359,7 @@ static void steer_desc(const gp_ctx *c, char *buf, size_t cap) {
 
 typedef struct load_check {
     char fp[32], th[32];
+    int32_t n_vocab;
 } load_check;
 
 static gp_status check_file(const gp_st_set *st, const char *path, void *ud) {
@@ -370,13 +371,22 @@ static gp_status check_file(const gp_st_set *st, const char *path, void *ud) {
     if (!th || strcmp(th, lc->th))
         return gp_set_error(GP_ERR_STATE, "%s: metadata 'tokenizer_hash' = %s differs from this model's %s", path,
                             th ? th : "(none)", lc->th);
+    const gp_tensor_view *t = gp_st_find(st, "token_ids"); /* every id must be one of this vocabulary's */
+    if (t && t->dtype == GP_DTYPE_I32)
+        for (uint64_t i = 0; i < t->n_elems; i++) {
+            int32_t id;
+            memcpy(&id, (const char *)t->data + 4 * i, 4);
+            if (id < 0 || id >= lc->n_vocab)
+                return gp_set_error(GP_ERR_FORMAT, "%s: tensor 'token_ids': id %d at position %llu is outside the "
+                                    "vocabulary (%d)", path, (int)id, (unsigned long long)i, (int)lc->n_vocab);
+        }
     return GP_OK;
 }
 
 gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
     if (!c || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_save: bad arguments");
     if (c->cuda) return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_cache_save: device cuda: cache files are CPU-only");
-    load_check lc;
+    load_check lc = {.n_vocab = c->m->cfg.n_vocab};
     snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
     snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));
     char steer[1024];
@@ -390,7 +400,7 @@ gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
 gp_status gp_ctx_cache_load(gp_ctx *c, const char *path) {
     if (!c || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_load: bad arguments");
     if (c->cuda) return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_cache_load: device cuda: cache files are CPU-only");
-    load_check lc;
+    load_check lc = {.n_vocab = c->m->cfg.n_vocab};
     snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
     snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));
     const gp_config *cfg = &c->m->cfg;

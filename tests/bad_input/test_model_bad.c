@@ -109,3 +109,38 @@ TEST(model_bad_tensor_shape) {
     expect_load(NULL, NULL, NULL, "model.layers.0.self_attn.k_proj.weight", GP_ERR_FORMAT, "model.safetensors",
                 "model.layers.0.self_attn.k_proj.weight");
 }
+
+TEST(cache_file_ids_outside_vocabulary) { /* found by fuzz_cache_file: a file whose token ids the model cannot have */
+    char *dir = gp_test_tmpdir(), path[600];
+    REQUIRE(synth_model(dir, synth_llama_config(NULL, NULL), NULL, NULL) == 0);
+    gp_model *m = NULL;
+    gp_ctx *c = NULL;
+    REQUIRE(gp_model_load(dir, NULL, &m) == GP_OK);
+    REQUIRE(gp_ctx_init(m, NULL, &c) == GP_OK);
+    int32_t ids[3] = {1, 5, 63};
+    CHECK_STATUS(gp_ctx_eval(c, ids, 3, NULL, NULL), GP_OK);
+    snprintf(path, sizeof path, "%s/c.safetensors", dir);
+    CHECK_STATUS(gp_ctx_cache_save(c, path), GP_OK);
+    FILE *f = fopen(path, "r+b");
+    REQUIRE(f);
+    uint64_t hn = 0;
+    CHECK(fread(&hn, 8, 1, f) == 1 && hn < 1 << 20);
+    char *h = calloc(hn + 1, 1);
+    CHECK(fread(h, 1, hn, f) == hn);
+    const char *t = strstr(h, "\"token_ids\"");
+    const char *o = t ? strstr(t, "data_offsets") : NULL;
+    long b = -1;
+    if (o) sscanf(strchr(o, '[') + 1, "%ld", &b);
+    CHECK(b >= 0);
+    int32_t bad = 64; /* vocab_size of the synthetic model */
+    if (b >= 0) fseek(f, (long)(8 + hn) + b, SEEK_SET), fwrite(&bad, 4, 1, f);
+    fclose(f);
+    free(h);
+    gp_ctx_reset(c);
+    CHECK_STATUS(gp_ctx_cache_load(c, path), GP_ERR_FORMAT);
+    CHECK(strstr(gp_errmsg(), "token_ids") != NULL && strstr(gp_errmsg(), "vocabulary") != NULL);
+    CHECK_EQ_INT(gp_ctx_n_past(c), 0);
+    gp_ctx_free(c);
+    gp_model_free(m);
+    free(dir);
+}
