@@ -19,7 +19,7 @@ static float frand(void) {
 TEST(gemm_equals_matvec_bit_for_bit) {
     static const char *const PATHS[] = {"scalar", "avx2", "avx512"};
     static const gp_wfmt FMTS[] = {GP_WFMT_F32, GP_WFMT_BF16, GP_WFMT_F16};
-    static const int64_t COLS[] = {16, 37, 100, 257}, ROWS[] = {1, 2, 5, 9};
+    static const int64_t COLS[] = {16, 37, 100, 257, 1100}, ROWS[] = {1, 2, 5, 9}; /* 1100: column blocks + a tail */
     static const int32_t NT[] = {2, 3, 4, 7, 25, 50};
     int paths = 0, cases = 0, bad = 0;
     for (int pi = 0; pi < 3; pi++) {
@@ -27,7 +27,7 @@ TEST(gemm_equals_matvec_bit_for_bit) {
         const gp_simd_kernels *K = gp_cpu_kernels();
         paths++;
         for (int fi = 0; fi < 3; fi++)
-            for (int ci = 0; ci < 4; ci++)
+            for (int ci = 0; ci < 5; ci++)
                 for (int ri = 0; ri < 4; ri++)
                     for (int ni = 0; ni < 6; ni++) {
                         const int64_t C = COLS[ci], R = ROWS[ri];

@@ -44,7 +44,8 @@ TEST(qaffine_kernels_match_the_definition) {
         n_paths++;
         for (int bi = 0; bi < 6; bi++)
             for (int gi = 0; gi < 4; gi++) {
-                const int64_t rows = 7 + bi, cols = 256, nt = 7; /* 2 token tiles + 1 left over */
+                /* 2 token tiles + 1 left over; 1152 columns: blocks of 512, 512 and 128 */
+                const int64_t rows = 7 + bi, cols = gi == 3 ? 1152 : 256, nt = 7;
                 uint8_t *q;
                 uint16_t *s, *b;
                 gp_wt w = make(rows, cols, BITS[bi], GS[gi], &q, &s, &b);

@@ -12,7 +12,8 @@ static inline int gp_cpu_qaffine_fast(const gp_wt *w) { return w->bits == 4 || w
 #if defined(__x86_64__) && defined(__GNUC__)
 /* y[r] = W[r] · x, r in [r0, r1): the bits of the generic widen + AVX2 dot. */
 void gp_avx2_matvec_qaffine(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
-/* y[t*ldy + r] = W[r] · x[t]: tiles of 2 rows x 3 tokens, the bits of the matrix-vector kernel per element. */
+/* y[t*ldy + r] = W[r] · x[t]: the blocked driver of simd.h over dequantized panels, the bits of the matrix-vector
+ * kernel per element. */
 void gp_avx2_gemm_qaffine(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
 #endif
 

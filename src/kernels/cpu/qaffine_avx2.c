@@ -72,58 +72,25 @@ void gp_avx2_matvec_qaffine(float *y, const gp_wt *w, int64_t r0, int64_t r1, co
     }
 }
 
-/* Dequantized half h (8 lanes) of block k / 16 of row p (scale s, bias b), exactly as widen. */
-static inline __m256 deq_half(const uint8_t *p, int64_t k, int h, int four, int64_t bb, __m256 s, __m256 b) {
-    __m256i ql, qh;
-    if (four) ld_q4(p + k / 16 * bb, &ql, &qh);
-    else ld_q8(p + k / 16 * bb, &ql, &qh);
-    return deq(h ? qh : ql, s, b);
-}
-
-/* A 2 rows x 3 tokens tile: each output accumulates exactly as the matrix-vector kernel above (the same dequantized
- * values, the same lanes and order, the same reduction), each dequantized half used for 3 tokens. */
-static void tile(float *y, int64_t ldy, const gp_wt *w, int64_t r, const float *x) {
-    const int64_t K = w->cols, gs = w->group_size, G = K / gs, rb = K * w->bits / 8, bb = 16 * w->bits / 8;
-    const int four = w->bits == 4;
-    const uint8_t *p[2] = {(const uint8_t *)w->data + r * rb, (const uint8_t *)w->data + (r + 1) * rb};
-    __m256 a[2][3][2];
-    for (int i = 0; i < 2; i++)
-        for (int t = 0; t < 3; t++) a[i][t][0] = a[i][t][1] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < G; g++) {
-        __m256 s[2], b[2];
-        for (int i = 0; i < 2; i++) {
-            s[i] = _mm256_set1_ps(aux(&w->scales, (r + i) * G + g));
-            b[i] = _mm256_set1_ps(aux(&w->biases, (r + i) * G + g));
-        }
-        for (int64_t k = g * gs; k < (g + 1) * gs; k += 16)
-            for (int h = 0; h < 2; h++) {
-                const __m256 x0 = _mm256_loadu_ps(x + k + 8 * h), x1 = _mm256_loadu_ps(x + K + k + 8 * h),
-                             x2 = _mm256_loadu_ps(x + 2 * K + k + 8 * h);
-                for (int i = 0; i < 2; i++) {
-                    const __m256 wv = deq_half(p[i], k, h, four, bb, s[i], b[i]);
-                    a[i][0][h] = _mm256_fmadd_ps(wv, x0, a[i][0][h]);
-                    a[i][1][h] = _mm256_fmadd_ps(wv, x1, a[i][1][h]);
-                    a[i][2][h] = _mm256_fmadd_ps(wv, x2, a[i][2][h]);
-                }
-            }
+/* Panel of the blocked matrix-matrix driver (simd.h): nk values of row r from column k0, dequantized exactly as
+ * widen (and as the matrix-vector kernel above feeds them to its FMAs).  k0 and nk are multiples of 16 and the group
+ * size is a multiple of 16, so a block of 16 never straddles two groups. */
+static void panel_qaffine(const gp_wt *w, int64_t r, int64_t k0, int64_t nk, float *out) {
+    const int64_t K = w->cols, gs = w->group_size, G = K / gs, bb = 16 * w->bits / 8;
+    const uint8_t *p = (const uint8_t *)w->data + r * (K * w->bits / 8);
+    for (int64_t k = k0; k < k0 + nk; k += 16) {
+        const int64_t g = r * G + k / gs;
+        const __m256 s = _mm256_set1_ps(aux(&w->scales, g)), b = _mm256_set1_ps(aux(&w->biases, g));
+        __m256i ql, qh;
+        if (w->bits == 4) ld_q4(p + k / 16 * bb, &ql, &qh);
+        else ld_q8(p + k / 16 * bb, &ql, &qh);
+        _mm256_storeu_ps(out + (k - k0), deq(ql, s, b));
+        _mm256_storeu_ps(out + (k - k0) + 8, deq(qh, s, b));
     }
-    for (int i = 0; i < 2; i++)
-        for (int t = 0; t < 3; t++) y[t * ldy + r + i] = reduce16(a[i][t][0], a[i][t][1]);
 }
 
-#define QTB 24 /* tokens per block (their activations stay in L2 while the rows stream past) */
 void gp_avx2_gemm_qaffine(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
-    const int64_t K = w->cols, rp = r0 + ((r1 - r0) & ~(int64_t)1);
-    for (int32_t t0 = 0; t0 < n; t0 += QTB) {
-        const int32_t t1 = t0 + QTB < n ? t0 + QTB : n, t3 = t0 + (t1 - t0) / 3 * 3;
-        for (int64_t r = r0; r < rp; r += 2) {
-            for (int32_t t = t0; t < t3; t += 3) tile(y + (int64_t)t * ldy, ldy, w, r, x + (int64_t)t * K);
-            for (int32_t t = t3; t < t1; t++) /* 1-2 leftover tokens while the row pair is in cache */
-                gp_avx2_matvec_qaffine(y + (int64_t)t * ldy, w, r, r + 2, x + (int64_t)t * K);
-        }
-        for (int32_t t = t0; rp < r1 && t < t1; t++) /* the leftover row */
-            gp_avx2_matvec_qaffine(y + (int64_t)t * ldy, w, rp, r1, x + (int64_t)t * K);
-    }
+    gp_avx2_gemm_blocked(y, ldy, w, r0, r1, x, n, panel_qaffine, gp_avx2_matvec_qaffine);
 }
 
 #pragma GCC pop_options

@@ -53,6 +53,13 @@ void gp_avx2_matvec_f16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const 
 void gp_avx2_gemm_f32(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
 void gp_avx2_gemm_bf16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
 void gp_avx2_gemm_f16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
+/* The AVX2 matrix-matrix driver shared by every format: blocks of 4 rows x 3 tokens over float32 panels of the
+ * weights (panel widens nk elements of row r from column k0, nk a multiple of 16, exactly as the format's
+ * matrix-vector kernel sees them; NULL: the weights are float32 and used in place), remainders through matvec.  Every
+ * output has the bits of matvec. */
+typedef void (*gp_avx2_panel_fn)(const gp_wt *w, int64_t r, int64_t k0, int64_t nk, float *out);
+void gp_avx2_gemm_blocked(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n,
+                          gp_avx2_panel_fn panel, gp_matvec_fn matvec);
 void gp_avx512_matvec_f32(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
 void gp_avx512_matvec_bf16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);
 void gp_avx512_matvec_f16(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x);

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/avx2_reduce.h" /* reduce16 */
+#include "io/safetensors.h"            /* gp_bf16_to_f32, gp_f16_to_f32 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,72 +108,124 @@ static inline __m256 h8_bf16(const uint16_t *p) {
 }
 static inline __m256 h8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-/* Matrix-matrix tiles of 2 rows x 3 tokens: every output runs exactly the matrix-vector kernel's arithmetic (its
- * 16 lanes accumulate w[k] * x[k] for k = lane mod 16 in increasing k, a tail lane-blended after a zero-padded FMA,
- * then reduce16), so gemm == matvec bit for bit; the tile loads each weight half once for 3 tokens and each
- * activation half once for 2 rows (12 accumulators).  Tokens are taken in blocks of GEMM_TB so their activations stay
- * in L2 while every row pair streams past (read from memory once per block: a batch step of up to 24 sequences reads
- * the weights once); leftover tokens (while the row pair is in L1) and the leftover row go through the
- * matrix-vector kernel. */
+/* Matrix-matrix kernel.  Every output runs exactly the matrix-vector kernel's arithmetic: its 16 lanes accumulate
+ * w[k] * x[k] for k = lane mod 16 in increasing k (lanes 0-7 and 8-15 are two independent chains, the "halves"),
+ * a tail lane-blended after a zero-padded FMA, then reduce16 — so gemm == matvec bit for bit.  The work is blocked
+ * so the FMAs, not the loads, set the pace:
+ *   - a tile is 4 weight rows x 3 tokens of ONE half (12 accumulators, 3 activation registers, 1 weight register);
+ *     it runs over a block of columns for half 0, then again for half 1, each half's accumulators kept in memory
+ *     between blocks (the chains only ever see their own lanes in increasing k, so the order is unchanged);
+ *   - the 4 rows of a column block of GEMM_KB are widened once to a float32 panel (in L1) and reused by every token
+ *     tile of a GEMM_TB block (float32 weights are their own panel);
+ *   - leftover tokens (1-2 per block) and leftover rows (1-3) go through the matrix-vector kernel. */
 #define GEMM_TB 24
-#define DEFINE_GEMM(NAME, MATVEC, TYPE, H8)                                                                           \
-    static void NAME##_tile(float *y, int64_t ldy, const TYPE *w0, const TYPE *w1, int64_t K, const float *x,       \
-                            int64_t r) {                                                                              \
-        const int64_t kf = K & ~(int64_t)15, rem = K & 15;                                                            \
-        __m256 a[2][3][2];                                                                                            \
-        for (int i = 0; i < 2; i++)                                                                                   \
-            for (int t = 0; t < 3; t++) a[i][t][0] = a[i][t][1] = _mm256_setzero_ps();                                \
-        for (int64_t k = 0; k < kf; k += 16)                                                                          \
-            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {                                                     \
-                const __m256 x0 = _mm256_loadu_ps(x + k + 8 * h), x1 = _mm256_loadu_ps(x + K + k + 8 * h),            \
-                             x2 = _mm256_loadu_ps(x + 2 * K + k + 8 * h);                                             \
-                __m256 wv = H8(w0 + k + 8 * h);                                                                       \
-                a[0][0][h] = _mm256_fmadd_ps(wv, x0, a[0][0][h]);                                                     \
-                a[0][1][h] = _mm256_fmadd_ps(wv, x1, a[0][1][h]);                                                     \
-                a[0][2][h] = _mm256_fmadd_ps(wv, x2, a[0][2][h]);                                                     \
-                wv = H8(w1 + k + 8 * h);                                                                              \
-                a[1][0][h] = _mm256_fmadd_ps(wv, x0, a[1][0][h]);                                                     \
-                a[1][1][h] = _mm256_fmadd_ps(wv, x1, a[1][1][h]);                                                     \
-                a[1][2][h] = _mm256_fmadd_ps(wv, x2, a[1][2][h]);                                                     \
-            }                                                                                                         \
-        if (rem) {                                                                                                    \
-            __m256 m[2];                                                                                              \
-            tail_mask(rem, &m[0], &m[1]);                                                                             \
-            for (int i = 0; i < 2; i++) {                                                                             \
-                TYPE wt[16] = {0};                                                                                    \
-                memcpy(wt, (i ? w1 : w0) + kf, (size_t)rem * sizeof(TYPE));                                           \
-                for (int t = 0; t < 3; t++) {                                                                         \
-                    float xt[16] = {0};                                                                               \
-                    memcpy(xt, x + t * K + kf, (size_t)rem * sizeof(float));                                          \
-                    for (int h = 0; h < 2; h++)                                                                       \
-                        a[i][t][h] = _mm256_blendv_ps(                                                                \
-                            a[i][t][h], _mm256_fmadd_ps(H8(wt + 8 * h), _mm256_loadu_ps(xt + 8 * h), a[i][t][h]), m[h]); \
-                }                                                                                                     \
-            }                                                                                                         \
-        }                                                                                                             \
-        for (int i = 0; i < 2; i++)                                                                                   \
-            for (int t = 0; t < 3; t++) y[t * ldy + r + i] = reduce16(a[i][t][0], a[i][t][1]);                       \
-    }                                                                                                                 \
-    void NAME(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {             \
-        const TYPE *W = w->data;                                                                                      \
-        const int64_t K = w->cols, rp = r0 + ((r1 - r0) & ~(int64_t)1);                                               \
-        for (int32_t t0 = 0; t0 < n; t0 += GEMM_TB) {                                                                 \
-            const int32_t t1 = t0 + GEMM_TB < n ? t0 + GEMM_TB : n, t3 = t0 + (t1 - t0) / 3 * 3;                      \
-            for (int64_t r4 = r0; r4 < rp; r4 += 4) { /* 4 rows: two tile pairs, then the matvec's 4-row pass */      \
-                const int64_t re = r4 + 4 < rp ? r4 + 4 : rp;                                                         \
-                for (int64_t r = r4; r < re; r += 2)                                                                  \
-                    for (int32_t t = t0; t < t3; t += 3)                                                              \
-                        NAME##_tile(y + (int64_t)t * ldy, ldy, W + r * K, W + (r + 1) * K, K, x + (int64_t)t * K, r); \
-                for (int32_t t = t3; t < t1; t++) /* 1-2 leftover tokens while these rows are in L1 */                \
-                    MATVEC(y + (int64_t)t * ldy, W, K, r4, re, x + (int64_t)t * K);                                   \
-            }                                                                                                         \
-            for (int32_t t = t0; rp < r1 && t < t1; t++) /* the leftover row */                                      \
-                MATVEC(y + (int64_t)t * ldy, W, K, rp, r1, x + (int64_t)t * K);                                       \
-        }                                                                                                             \
+#define GEMM_KB 512
+typedef struct gemm_acc {
+    __m256 a[GEMM_TB / 3][2][12]; /* [token tile][half][row * 3 + token] */
+} gemm_acc;
+
+/* one half (h) of a 4 x 3 tile over panel columns [0, nk), nk a multiple of 16; p: 4 rows of stride ldp; x: 3
+ * tokens of stride K, already offset to the block */
+static inline void tile43(__m256 *acc, const float *p, int64_t ldp, const float *x, int64_t K, int64_t nk, int h) {
+    __m256 a[12];
+    _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) a[i] = acc[i];
+    for (int64_t k = 8 * h; k < nk; k += 16) {
+        const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + K + k), x2 = _mm256_loadu_ps(x + 2 * K + k);
+        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+            const __m256 wv = _mm256_loadu_ps(p + r * ldp + k);
+            a[3 * r] = _mm256_fmadd_ps(wv, x0, a[3 * r]);
+            a[3 * r + 1] = _mm256_fmadd_ps(wv, x1, a[3 * r + 1]);
+            a[3 * r + 2] = _mm256_fmadd_ps(wv, x2, a[3 * r + 2]);
+        }
     }
-DEFINE_GEMM(gp_avx2_gemm_f32, matvec_f32, float, h8_f32)
-DEFINE_GEMM(gp_avx2_gemm_bf16, matvec_bf16, uint16_t, h8_bf16)
-DEFINE_GEMM(gp_avx2_gemm_f16, matvec_f16, uint16_t, h8_f16)
+    _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) acc[i] = a[i];
+}
+
+/* the tail columns [kf, kf + rem) of a 4 x 3 tile (both halves), as the matrix-vector kernel does them; wt: the 4
+ * rows' tails widened and zero-padded to 16 */
+static void tile43_tail(gemm_acc *A, int i, const float *wt, const float *x, int64_t K, int64_t kf, int64_t rem) {
+    __m256 m[2];
+    tail_mask(rem, &m[0], &m[1]);
+    for (int t = 0; t < 3; t++) {
+        float xt[16] = {0};
+        memcpy(xt, x + t * K + kf, (size_t)rem * sizeof(float));
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < 4; r++) {
+                __m256 *a = &A->a[i][h][3 * r + t];
+                *a = _mm256_blendv_ps(*a, _mm256_fmadd_ps(_mm256_loadu_ps(wt + 16 * r + 8 * h),
+                                                          _mm256_loadu_ps(xt + 8 * h), *a), m[h]);
+            }
+    }
+}
+
+/* float32 element k of row r (the tails) */
+static float elem(const gp_wt *w, int64_t r, int64_t k) {
+    const int64_t i = r * w->cols + k;
+    if (w->format == GP_WFMT_BF16) return gp_bf16_to_f32(((const uint16_t *)w->data)[i]);
+    if (w->format == GP_WFMT_F16) return gp_f16_to_f32(((const uint16_t *)w->data)[i]);
+    return ((const float *)w->data)[i];
+}
+
+/* rows [r, r + 4) x the nt tiles of 3 tokens at x (stride K): y[t * ldy + r + i] */
+static void rows4(float *y, int64_t ldy, const gp_wt *w, int64_t r, const float *x, int nt, gp_avx2_panel_fn panel) {
+    const int64_t K = w->cols, kf = K & ~(int64_t)15, rem = K & 15;
+    _Alignas(32) float buf[4 * GEMM_KB];
+    gemm_acc A;
+    memset(A.a, 0, sizeof A.a[0] * (size_t)nt);
+    for (int64_t k0 = 0; k0 < kf; k0 += GEMM_KB) {
+        const int64_t nk = kf - k0 < GEMM_KB ? kf - k0 : GEMM_KB;
+        const float *p = buf;
+        int64_t ldp = GEMM_KB;
+        if (panel)
+            for (int i = 0; i < 4; i++) panel(w, r + i, k0, nk, buf + i * GEMM_KB);
+        else /* float32 weights are their own panel */
+            p = (const float *)w->data + r * K + k0, ldp = K;
+        for (int i = 0; i < nt; i++)
+            for (int h = 0; h < 2; h++) tile43(A.a[i][h], p, ldp, x + 3 * i * K + k0, K, nk, h);
+    }
+    if (rem) {
+        float wt[4 * 16] = {0};
+        for (int i = 0; i < 4; i++)
+            for (int64_t k = 0; k < rem; k++) wt[16 * i + k] = elem(w, r + i, kf + k);
+        for (int i = 0; i < nt; i++) tile43_tail(&A, i, wt, x + 3 * i * K, K, kf, rem);
+    }
+    for (int i = 0; i < nt; i++)
+        for (int q = 0; q < 12; q++) y[(3 * i + q % 3) * ldy + r + q / 3] = reduce16(A.a[i][0][q], A.a[i][1][q]);
+}
+
+void gp_avx2_gemm_blocked(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n,
+                          gp_avx2_panel_fn panel, gp_matvec_fn matvec) {
+    const int64_t K = w->cols, rp = r0 + ((r1 - r0) & ~(int64_t)3);
+    for (int32_t t0 = 0; t0 < n; t0 += GEMM_TB) {
+        const int32_t t1 = t0 + GEMM_TB < n ? t0 + GEMM_TB : n, nt = (t1 - t0) / 3, t3 = t0 + 3 * nt;
+        for (int64_t r = r0; r < rp; r += 4) {
+            if (nt) rows4(y + (int64_t)t0 * ldy, ldy, w, r, x + (int64_t)t0 * K, nt, panel);
+            for (int32_t t = t3; t < t1; t++) /* 1-2 leftover tokens while these rows are in cache */
+                matvec(y + (int64_t)t * ldy, w, r, r + 4, x + (int64_t)t * K);
+        }
+        for (int32_t t = t0; rp < r1 && t < t1; t++) /* the 1-3 leftover rows */
+            matvec(y + (int64_t)t * ldy, w, rp, r1, x + (int64_t)t * K);
+    }
+}
+
+/* panels of the 16-bit formats: nk (a multiple of 16) elements of row r from column k0, widened */
+static void panel_bf16(const gp_wt *w, int64_t r, int64_t k0, int64_t nk, float *out) {
+    const uint16_t *p = (const uint16_t *)w->data + r * w->cols + k0;
+    for (int64_t k = 0; k < nk; k += 8) _mm256_store_ps(out + k, h8_bf16(p + k));
+}
+static void panel_f16(const gp_wt *w, int64_t r, int64_t k0, int64_t nk, float *out) {
+    const uint16_t *p = (const uint16_t *)w->data + r * w->cols + k0;
+    for (int64_t k = 0; k < nk; k += 8) _mm256_store_ps(out + k, h8_f16(p + k));
+}
+void gp_avx2_gemm_f32(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
+    gp_avx2_gemm_blocked(y, ldy, w, r0, r1, x, n, NULL, gp_avx2_matvec_f32);
+}
+void gp_avx2_gemm_bf16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
+    gp_avx2_gemm_blocked(y, ldy, w, r0, r1, x, n, panel_bf16, gp_avx2_matvec_bf16);
+}
+void gp_avx2_gemm_f16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n) {
+    gp_avx2_gemm_blocked(y, ldy, w, r0, r1, x, n, panel_f16, gp_avx2_matvec_f16);
+}
 
 /* y[r] = W[r] · x, r in [r0, r1), per dense format (rows of formats.c; gemm is formats.c's generic one) */
 void gp_avx2_matvec_f32(float *y, const gp_wt *w, int64_t r0, int64_t r1, const float *x) {
