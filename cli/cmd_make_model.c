@@ -39,6 +39,14 @@ static const shape SHAPES[] = {
      "\"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, "
      "\"rope_type\": \"llama3\"}, \"attention_bias\": false, \"mlp_bias\": false, \"tie_word_embeddings\": true",
      0, 0, 0},
+    /* meta-llama/Llama-3.1-8B, with the embedding tied to lm_head (the original is untied: a decoded token reads the
+     * same bytes either way, one [vocab, hidden] matrix for the logits) */
+    {"llama3.1-8b", "LlamaForCausalLM", "llama", "llama3", 4096, 14336, 32, 32, 8, 128, 128256, 131072, 1e-5, 128000,
+     128001,
+     "\"hidden_act\": \"silu\", \"rope_theta\": 500000.0, \"rope_scaling\": {\"factor\": 8.0, "
+     "\"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, "
+     "\"rope_type\": \"llama3\"}, \"attention_bias\": false, \"mlp_bias\": false, \"tie_word_embeddings\": true",
+     0, 0, 0},
     /* google/gemma-3-1b-it (text): sliding window 512 on 5 of every 6 layers */
     {"gemma3-1b", "Gemma3ForCausalLM", "gemma3_text", "llama2", 1152, 6912, 26, 4, 1, 256, 262144, 32768, 1e-6, 2, 1,
      "\"hidden_activation\": \"gelu_pytorch_tanh\", \"query_pre_attn_scalar\": 256, \"sliding_window\": 512, "
@@ -51,7 +59,7 @@ static const shape SHAPES[] = {
 static void help(FILE *f) {
     fprintf(f, "usage: genparity make-model --shape NAME [--dtype f32|bf16|f16] [--seed N] [--layers N] -o DIR\n"
                "\n"
-               "  --shape NAME    stories110m | qwen3-0.6b | llama3.2-1b | gemma3-1b\n"
+               "  --shape NAME    stories110m | qwen3-0.6b | llama3.2-1b | llama3.1-8b | gemma3-1b\n"
                "  --dtype T       stored weight dtype (default bf16)\n"
                "  --seed N        seed of the random weights (default 1)\n"
                "  --layers N      override the number of layers (small folders for tests)\n"
@@ -278,10 +286,10 @@ int cmd_make_model(int argc, char **argv) {
         custom.layers = layers;
         s = &custom;
     }
-    if (!shape_name) return cli_missing("--shape", "stories110m, qwen3-0.6b, llama3.2-1b or gemma3-1b");
+    if (!shape_name) return cli_missing("--shape", "stories110m, qwen3-0.6b, llama3.2-1b, llama3.1-8b or gemma3-1b");
     if (!s) {
-        fprintf(stderr, "%s: --shape must be stories110m, qwen3-0.6b, llama3.2-1b or gemma3-1b, got '%s'\n", cli_prog,
-                shape_name);
+        fprintf(stderr, "%s: --shape must be stories110m, qwen3-0.6b, llama3.2-1b, llama3.1-8b or gemma3-1b, got '%s'\n",
+                cli_prog, shape_name);
         return 2;
     }
     if (!out) return cli_missing("-o", "the model folder to write");
