@@ -362,8 +362,8 @@ static gp_status capture(gp_cuda_ctx *x, const gp_eval_opts *o, int32_t idx, int
 }
 
 /* The attention block of one layer: x += o_proj(attention(rope(q, k), v)) [post-norm before the add].  A decode step
- * (n = 1) runs q|k|v as one stacked projection and rotates q and k in one call; every element is the same
- * computation as the separate ops (the same row dot products), so the bits do not change. */
+ * (n = 1) runs q|k|v as one stacked projection, then q/k norms, rope and the KV store as one kernel; every element
+ * is the same computation as the separate ops (same expressions, same summation orders), so the bits do not change. */
 static gp_status attn_block(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int32_t pos0) {
     const gp_config *cfg = &c->m->cfg;
     const gp_arch *a = &cfg->arch;
@@ -374,7 +374,8 @@ static gp_status attn_block(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int
     gp_cu *d = x->d;
     float *q = x->q, *k = x->k, *v = x->v;
     CK(gp_cu_rmsnorm(d, x->h, x->x, &W->attn_norm, n, E, eps, po));
-    if (n == 1 && W->qkv.data) {
+    const int one = n == 1 && W->qkv.data;
+    if (one) {
         q = x->qkv, k = q + (size_t)nh * hd, v = k + (size_t)nkv * hd;
         CK(gp_cu_matmul(d, q, x->h, &W->qkv, &W->qkv_b, 1));
     } else {
@@ -382,16 +383,18 @@ static gp_status attn_block(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int
         CK(gp_cu_matmul(d, k, x->h, &W->wk, &W->bk, n));
         CK(gp_cu_matmul(d, v, x->h, &W->wv, &W->bv, n));
     }
-    if (a->qk_norm) {
+    if (a->qk_norm && !one) {
         CK(gp_cu_rmsnorm(d, q, q, &W->q_norm, n * nh, hd, eps, po));
         CK(gp_cu_rmsnorm(d, k, k, &W->k_norm, n * nkv, hd, eps, po));
     }
     const float *inv_freq = cfg->window[l] > 0 ? x->dm->inv_sliding : x->dm->inv_full;
-    /* decode: rope of q and k and the cache store in one kernel (storing before attention is safe for one token:
-     * the slot it overwrites holds a position the query no longer sees) */
-    const int stored = n == 1 && k == q + (size_t)nh * hd;
-    if (stored) CK(gp_cu_rope_store(d, q, nh, nkv, hd, x->pos, inv_freq, v, &x->kv[l]));
-    else {
+    /* decode: q/k norms, rope of q and k and the cache store in one kernel (storing before attention is safe for one
+     * token: the slot it overwrites holds a position the query no longer sees) */
+    const int stored = one;
+    if (stored) {
+        const gp_cu_wt *qn = a->qk_norm ? &W->q_norm : NULL, *kn = a->qk_norm ? &W->k_norm : NULL;
+        CK(gp_cu_rope_store(d, q, nh, nkv, hd, x->pos, inv_freq, v, &x->kv[l], qn, kn, eps, po));
+    } else {
         CK(gp_cu_rope(d, q, n, nh, hd, x->pos, inv_freq));
         CK(gp_cu_rope(d, k, n, nkv, hd, x->pos, inv_freq));
     }
@@ -419,9 +422,8 @@ static gp_status layer(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int32_t 
     if (s) return s;
     CK(gp_cu_rmsnorm(d, x->h, x->x, &W->ffn_norm, n, E, eps, po));
     const int sw = a->sandwich_norms;
-    if (n == 1 && W->gu.data) { /* decode: gate|up stacked into one projection */
-        CK(gp_cu_matmul(d, x->gu, x->h, &W->gu, &W->gu_b, 1));
-        CK(gp_cu_glu(d, x->gu, x->gu + FF, FF, act));
+    if (n == 1 && W->gu.data) { /* decode: gate|up stacked into one projection, the GLU applied to each pair */
+        CK(gp_cu_matmul_gluo(d, x->gu, x->h, &W->gu, &W->gu_b, act));
         if (sw) CK(gp_cu_matmul(d, x->h, x->gu, &W->wd, &W->bd, 1));
         else CK(gp_cu_matmul_add(d, x->x, x->gu, &W->wd, &W->bd, 1));
     } else {

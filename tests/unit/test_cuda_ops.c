@@ -386,7 +386,7 @@ TEST(cuda_ops_fused_decode_ops_give_the_separate_ops_bits) {
     float *z = calloc((size_t)cap * kvd, 4);
     gp_cu_kv c1 = {up(d, z, (size_t)cap * kvd * 4), up(d, z, (size_t)cap * kvd * 4), cap, keep, kvd};
     gp_cu_kv c2 = {up(d, z, (size_t)cap * kvd * 4), up(d, z, (size_t)cap * kvd * 4), cap, keep, kvd};
-    CHECK_EQ_INT(gp_cu_rope_store(d, a1, nh, nkv, hd, dpos, dinv, dv, &c1), 0);
+    CHECK_EQ_INT(gp_cu_rope_store(d, a1, nh, nkv, hd, dpos, dinv, dv, &c1, NULL, NULL, 0.0f, 0), 0);
     CHECK_EQ_INT(gp_cu_rope(d, a2, 1, nh + nkv, hd, dpos, dinv), 0);
     CHECK_EQ_INT(gp_cu_kv_store(d, &c2, a2 + (size_t)nh * hd, dv, 1, dpos), 0);
     float *h1 = down(d, a1, (size_t)(nh + nkv) * hd), *h2 = down(d, a2, (size_t)(nh + nkv) * hd);
@@ -398,6 +398,65 @@ TEST(cuda_ops_fused_decode_ops_give_the_separate_ops_bits) {
     free(h1); free(h2); free(k1); free(k2); free(v1); free(v2); free(qk); free(v); free(z);
     gp_cu_release(d, a1); gp_cu_release(d, a2); gp_cu_release(d, dv); gp_cu_release(d, dinv); gp_cu_release(d, dpos);
     gp_cu_release(d, c1.k); gp_cu_release(d, c1.v); gp_cu_release(d, c2.k); gp_cu_release(d, c2.v);
+}
+
+/* The GLU applied inside the stacked gate|up projection (gp_cu_matmul_gluo) == gp_cu_matmul then gp_cu_glu, bit for
+ * bit: f32/bf16/f16 weights, odd widths (the element path), with and without bias, both activations. */
+static void gluo_case(gp_cu *d, int64_t R, int64_t K, gp_dtype dt, int bias, int act) {
+    gp_wt w = host_wt(dt, 2 * R, K, (uint32_t)(R * 7 + K)), b = host_wt(GP_DTYPE_BF16, 1, 2 * R, 5);
+    float *xh = rand_f32((size_t)K, (uint32_t)K, 4.0f);
+    gp_cu_wt dw = dev_wt(d, &w), db = dev_wt(d, &b);
+    float *dx = up(d, xh, (size_t)K * 4), *dy = NULL, *dgu = NULL;
+    gp_cu_alloc(d, (void **)&dy, (size_t)R * 4);
+    gp_cu_alloc(d, (void **)&dgu, (size_t)2 * R * 4);
+    CHECK_EQ_INT(gp_cu_matmul_gluo(d, dy, dx, &dw, bias ? &db : NULL, act), 0);
+    CHECK_EQ_INT(gp_cu_matmul(d, dgu, dx, &dw, bias ? &db : NULL, 1), 0);
+    CHECK_EQ_INT(gp_cu_glu(d, dgu, dgu + R, R, act), 0);
+    float *y1 = down(d, dy, (size_t)R), *y2 = down(d, dgu, (size_t)R);
+    const int same = memcmp(y1, y2, (size_t)R * 4) == 0;
+    if (!same) printf("    gluo R=%lld K=%lld dt=%d bias=%d act=%d: max|d| %g\n", (long long)R, (long long)K, (int)dt, bias,
+                      act, max_err(y1, y2, (size_t)R));
+    CHECK(same);
+    free(y1); free(y2); free(xh); free((void *)w.data); free((void *)b.data);
+    gp_cu_release(d, (void *)dw.data); gp_cu_release(d, (void *)db.data);
+    gp_cu_release(d, dx); gp_cu_release(d, dy); gp_cu_release(d, dgu);
+}
+
+TEST(cuda_ops_fused_glu_and_qk_norm_give_the_separate_ops_bits) {
+    gp_cu *d = dev();
+    if (!d) return;
+    const int64_t widths[] = {64, 77, 1000, 2048};
+    const gp_dtype dts[] = {GP_DTYPE_BF16, GP_DTYPE_F32, GP_DTYPE_F16};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) gluo_case(d, 19 + i * 3 + j, widths[i], dts[j], (i + j) & 1, j & 1);
+    /* q/k norms in the rope + store kernel == the two rmsnorm calls, then rope_store without them */
+    const int32_t hds[] = {32, 64, 128, 256};
+    for (int i = 0; i < 4; i++) {
+        const int32_t nh = 4, nkv = 2, hd = hds[i], kvd = nkv * hd, cap = 8, pos = 5;
+        float inv[128];
+        for (int f = 0; f < hd / 2; f++) inv[f] = powf(10000.0f, -(float)(2 * f) / hd);
+        gp_wt qn = host_wt(GP_DTYPE_BF16, 1, hd, 3), kn = host_wt(GP_DTYPE_BF16, 1, hd, 4);
+        gp_cu_wt dqn = dev_wt(d, &qn), dkn = dev_wt(d, &kn);
+        float *qk = rand_f32((size_t)(nh + nkv) * hd, 93 + i, 3.0f), *v = rand_f32((size_t)kvd, 94, 2.0f);
+        float *a1 = up(d, qk, (size_t)(nh + nkv) * hd * 4), *a2 = up(d, qk, (size_t)(nh + nkv) * hd * 4);
+        float *dv = up(d, v, (size_t)kvd * 4), *dinv = up(d, inv, (size_t)hd / 2 * 4);
+        int32_t *dpos = up(d, &pos, 4);
+        float *z = calloc((size_t)cap * kvd, 4);
+        gp_cu_kv c1 = {up(d, z, (size_t)cap * kvd * 4), up(d, z, (size_t)cap * kvd * 4), cap, 0, kvd};
+        gp_cu_kv c2 = {up(d, z, (size_t)cap * kvd * 4), up(d, z, (size_t)cap * kvd * 4), cap, 0, kvd};
+        CHECK_EQ_INT(gp_cu_rope_store(d, a1, nh, nkv, hd, dpos, dinv, dv, &c1, &dqn, &dkn, 1e-6f, i & 1), 0);
+        CHECK_EQ_INT(gp_cu_rmsnorm(d, a2, a2, &dqn, nh, hd, 1e-6f, i & 1), 0);
+        CHECK_EQ_INT(gp_cu_rmsnorm(d, a2 + (size_t)nh * hd, a2 + (size_t)nh * hd, &dkn, nkv, hd, 1e-6f, i & 1), 0);
+        CHECK_EQ_INT(gp_cu_rope_store(d, a2, nh, nkv, hd, dpos, dinv, dv, &c2, NULL, NULL, 0.0f, 0), 0);
+        float *h1 = down(d, a1, (size_t)(nh + nkv) * hd), *h2 = down(d, a2, (size_t)(nh + nkv) * hd);
+        float *k1 = down(d, c1.k, (size_t)cap * kvd), *k2 = down(d, c2.k, (size_t)cap * kvd);
+        CHECK(memcmp(h1, h2, (size_t)(nh + nkv) * hd * 4) == 0);
+        CHECK(memcmp(k1, k2, (size_t)cap * kvd * 4) == 0);
+        free(h1); free(h2); free(k1); free(k2); free(qk); free(v); free(z); free((void *)qn.data); free((void *)kn.data);
+        gp_cu_release(d, a1); gp_cu_release(d, a2); gp_cu_release(d, dv); gp_cu_release(d, dinv); gp_cu_release(d, dpos);
+        gp_cu_release(d, c1.k); gp_cu_release(d, c1.v); gp_cu_release(d, c2.k); gp_cu_release(d, c2.v);
+        gp_cu_release(d, (void *)dqn.data); gp_cu_release(d, (void *)dkn.data);
+    }
 }
 
 #endif

@@ -1,15 +1,17 @@
 /* cuda_launch.cuh — shared by the CUDA kernel files: kernel launches with programmatic dependent launch (the next
  * kernel of the stream is scheduled while this one runs and waits in pdl_wait() until it has finished and its
- * writes are visible, which hides launch gaps between the many small kernels of a decode step), and the GLU
- * activation used both by the GLU op and by the projection that applies it on the fly (one expression, one
- * rounding). */
+ * writes are visible, which hides launch gaps between the many small kernels of a decode step), and the
+ * expressions that fused kernels must share with the ops they replace (one expression, one rounding): the GLU
+ * activation, RMSNorm's fixed-order sum of squares and its scaling, a stored-dtype element read. */
 #ifndef GP_CUDA_LAUNCH_CUH
 #define GP_CUDA_LAUNCH_CUH
 
 #include "kernels/cuda/cuda_ops.h"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdint.h>
 
 /* First statements of every kernel: wait for the previous kernel of the stream, then let the next one be scheduled.
  * Both are no-ops for a kernel launched without the programmatic attribute. */
@@ -41,6 +43,50 @@ __device__ __forceinline__ float glu_val(float x, float u, int act) {
     const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
     const float inner = beta * (x + kappa * x * x * x);
     return 0.5f * x * (1.0f + tanhf(inner)) * u;
+}
+
+/* Element i of a vector or matrix stored in dtype dt (GP_CU_*), widened to float32. */
+__device__ __forceinline__ float wt_at(const void *p, int dt, int64_t i) {
+    if (dt == GP_CU_F32) return ((const float *)p)[i];
+    if (dt == GP_CU_BF16) return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
+    return __half2float(((const __half *)p)[i]);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024) in a fixed order; every thread gets the result. */
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++) s += sh[i];
+    return s;
+}
+
+/* RMSNorm's thread count for a row of dim elements: its sum of squares is summed by that many strided partials. */
+__host__ __device__ __forceinline__ int rms_threads(int32_t dim) { return dim >= 1024 ? 256 : dim >= 128 ? 128 : 32; }
+
+/* 1 / sqrt(mean(x^2) + eps) of x [dim] for the whole block, in RMSNorm's order whatever blockDim.x (>= the
+ * rms_threads(dim) it emulates): thread i < nthr sums elements i, i + nthr, ...; the others add exact zeros. */
+__device__ __forceinline__ float rms_inv(const float *x, int32_t dim, float eps, float *sh) {
+    const int nthr = rms_threads(dim);
+    float ss = 0.0f;
+    if ((int)threadIdx.x < nthr)
+        for (int i = threadIdx.x; i < dim; i += nthr) ss += x[i] * x[i];
+    ss = block_sum(ss, sh);
+    return 1.0f / sqrtf(ss / (float)dim + eps);
+}
+
+/* RMSNorm's output element: v * inv scaled by g (or by 1 + g, Gemma). */
+__device__ __forceinline__ float rms_val(float v, float inv, float g, int plus_one) {
+    return plus_one ? (v * inv) * (1.0f + g) : g * (v * inv);
 }
 
 #endif

@@ -57,35 +57,12 @@ template <> struct vec_traits<GP_CU_F16> {
     }
 };
 
-/* Element i of a bias vector of dtype dt. */
-__device__ __forceinline__ float bias_at(const void *b, int dt, int64_t i) {
-    if (dt == GP_CU_F32) return ((const float *)b)[i];
-    if (dt == GP_CU_BF16) return __uint_as_float((uint32_t)((const uint16_t *)b)[i] << 16);
-    return __half2float(((const __half *)b)[i]);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* Grid (ceil(rows / WARPS_PER_BLOCK), ceil(n / T)); warp = row, blockIdx.y = tile of T tokens.  VEC: the 16-byte
- * path (cols a multiple of the vector width, rows 16-byte aligned), else one element per lane per step.
- * GLU: the input row t is act(x[t, k]) * x[t, cols + k] (rows of 2 cols: gate then up), computed on the fly with
- * glu_val, the GLU op's own expression (so the bits of glu followed by the plain product). */
+/* acc[t] = row r of W . input row t0 + t (t < nt), in the fixed order of the header comment. */
 template <int DT, int T, bool VEC, bool GLU>
-__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
-    matmul_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
-                  int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int accum, int act) {
-    pdl_enter();
+__device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__restrict__ W, int64_t r,
+                                        const float *__restrict__ x, int64_t cols, int32_t t0, int nt, int lane,
+                                        int act) {
     typedef vec_traits<DT> V;
-    const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
-    if (r >= rows) return;
-    const int32_t t0 = blockIdx.y * T;
-    const int nt = n - t0 < T ? n - t0 : T;
-    float acc[T];
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t] = 0.0f;
     if (VEC) {
@@ -138,12 +115,37 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
                 }
         }
     }
-    const float b = bias ? bias_at(bias, bias_dt, r) : 0.0f;
+}
+
+/* Grid (ceil(rows / WARPS_PER_BLOCK), ceil(n / T)); warp = row, blockIdx.y = tile of T tokens.  VEC: the 16-byte
+ * path (cols a multiple of the vector width, rows 16-byte aligned), else one element per lane per step.
+ * GLU: the input row t is act(x[t, k]) * x[t, cols + k] (rows of 2 cols: gate then up), computed on the fly with
+ * glu_val, the GLU op's own expression (so the bits of glu followed by the plain product).
+ * GLUO (one token): W stacks `rows` gate rows then `rows` up rows and y[r] = glu_val(gate_r, up_r): the warp runs
+ * both rows' dot products (each the plain product's bits), so the bits of the stacked product followed by the GLU op. */
+template <int DT, int T, bool VEC, bool GLU, bool GLUO = false>
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
+    matmul_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
+                  int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int accum, int act) {
+    pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const int32_t t0 = blockIdx.y * T;
+    const int nt = n - t0 < T ? n - t0 : T;
+    float acc[T], acc2[GLUO ? T : 1];
+    row_dot<DT, T, VEC, GLU>(acc, W, r, x, cols, t0, nt, lane, act);
+    if (GLUO) row_dot<DT, T, VEC, GLU>(acc2, W, r + rows, x, cols, t0, nt, lane, act);
+    const float b = bias ? wt_at(bias, bias_dt, r) : 0.0f;
 #pragma unroll
     for (int t = 0; t < T; t++) {
         const float s = warp_sum(acc[t]);
+        float v = bias ? s + b : s;
+        if (GLUO) {
+            const float s2 = warp_sum(acc2[t]);
+            v = glu_val(v, bias ? s2 + wt_at(bias, bias_dt, r + rows) : s2, act);
+        }
         if (lane == 0 && t < nt) {
-            const float v = bias ? s + b : s;
             float *o = y + (size_t)(t0 + t) * rows + r;
             *o = accum ? *o + v : v; /* accum: the residual add, the same rounding as a separate add */
         }
@@ -173,19 +175,47 @@ static void launch_t(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w
     else launch_dt<GP_CU_F16, T>(s, y, x, w, b, bdt, n, vec, acc, act);
 }
 
+/* One token through the stacked gate|up rows W [2 rows, cols], the GLU applied to the pair (matmul_kernel's GLUO). */
+template <int DT>
+static void launch_gluo(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, bool vec,
+                        int act) {
+    const int64_t rows = w->rows / 2;
+    const dim3 grid((unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), blk(WARPS_PER_BLOCK * 32);
+    if (vec) launch(matmul_kernel<DT, 1, true, false, true>, grid, blk, 0, s, y, x, w->data, rows, w->cols, b, bdt, 1, 0, act);
+    else launch(matmul_kernel<DT, 1, false, false, true>, grid, blk, 0, s, y, x, w->data, rows, w->cols, b, bdt, 1, 0, act);
+}
+
+/* The 16-byte path applies: whole vectors per row, rows and x 16-byte aligned. */
+static bool vec_ok(const gp_cu_wt *w, const float *x) {
+    const int E = w->dtype == GP_CU_F32 ? 4 : 8;
+    const size_t esz = w->dtype == GP_CU_F32 ? 4 : 2;
+    return w->cols % E == 0 && ((uintptr_t)w->data & 15) == 0 && ((uintptr_t)x & 15) == 0 && (w->cols * esz) % 16 == 0;
+}
+
 /* act < 0: plain product; else the GLU input rows [n, 2 cols] (matmul_kernel's GLU). */
 static int matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n, int acc,
                   int act) {
     if (n <= 0 || w->rows <= 0) return 0;
-    const int E = w->dtype == GP_CU_F32 ? 4 : 8;
-    const size_t esz = w->dtype == GP_CU_F32 ? 4 : 2;
-    const bool vec = w->cols % E == 0 && ((uintptr_t)w->data & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
-                     (w->cols * esz) % 16 == 0;
+    const bool vec = vec_ok(w, x);
     const void *b = bias && bias->data ? bias->data : NULL;
     const int bdt = b ? bias->dtype : 0;
     cudaStream_t s = gp_cu_stream(d);
     if (n == 1) launch_t<1>(s, y, x, w, b, bdt, n, vec, acc, act);
     else launch_t<TOK_TILE>(s, y, x, w, b, bdt, n, vec, acc, act);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int gp_cu_matmul_gluo(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias,
+                                 int32_t act) {
+    if (w->rows <= 0) return 0;
+    if (w->rows % 2) return (int)cudaErrorInvalidValue;
+    const bool vec = vec_ok(w, x);
+    const void *b = bias && bias->data ? bias->data : NULL;
+    const int bdt = b ? bias->dtype : 0;
+    cudaStream_t s = gp_cu_stream(d);
+    if (w->dtype == GP_CU_F32) launch_gluo<GP_CU_F32>(s, y, x, w, b, bdt, vec, act);
+    else if (w->dtype == GP_CU_BF16) launch_gluo<GP_CU_BF16>(s, y, x, w, b, bdt, vec, act);
+    else launch_gluo<GP_CU_F16>(s, y, x, w, b, bdt, vec, act);
     return (int)cudaGetLastError();
 }
 
@@ -215,7 +245,7 @@ __global__ void widen_kernel(float *__restrict__ out, const void *__restrict__ W
 __global__ void bias_kernel(float *__restrict__ y, const void *__restrict__ b, int dt, int64_t rows, int64_t total) {
     pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] += bias_at(b, dt, i % rows);
+        y[i] += wt_at(b, dt, i % rows);
 }
 
 extern "C" int gp_cu_matmul_cublas(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias,

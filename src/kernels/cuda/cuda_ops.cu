@@ -11,34 +11,10 @@
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
 
-__device__ __forceinline__ float wt_at(const void *p, int dt, int64_t i) {
-    if (dt == GP_CU_F32) return ((const float *)p)[i];
-    if (dt == GP_CU_BF16) return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
-    return __half2float(((const __half *)p)[i]);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
-}
-
-/* Sum over the block (blockDim.x a multiple of 32, <= 1024) in a fixed order; every thread gets the result. */
-__device__ float block_sum(float v, float *sh) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < nw; i++) s += sh[i];
-    return s;
 }
 
 __device__ float block_max(float v, float *sh) {
@@ -63,21 +39,14 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, 
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = block_sum(ss, sh);
-    const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float g = wt_at(w, dt, i), v = xr[i];
-        yr[i] = plus_one ? (v * inv) * (1.0f + g) : g * (v * inv);
-    }
+    const float inv = rms_inv(xr, dim, eps, sh);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = rms_val(xr[i], inv, wt_at(w, dt, i), plus_one);
 }
 
 extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, int32_t n, int32_t dim, float eps,
                              int plus_one) {
     if (n <= 0) return 0;
-    const int threads = dim >= 1024 ? 256 : dim >= 128 ? 128 : 32;
-    launch(rmsnorm_kernel, n, threads, 0, gp_cu_stream(d), y, x, w->data, w->dtype, dim, eps, plus_one);
+    launch(rmsnorm_kernel, n, rms_threads(dim), 0, gp_cu_stream(d), y, x, w->data, w->dtype, dim, eps, plus_one);
     return (int)cudaGetLastError();
 }
 
@@ -106,12 +75,20 @@ __device__ __forceinline__ int32_t kv_slot(int32_t j, int32_t cap, int32_t keep)
     return j < keep ? j : keep + (j - keep) % (cap - keep);
 }
 
-/* Block per head of q|k [nh + nkv, hd] (one token): rotate; k heads and their v heads also go to the cache. */
+/* Block per head of q|k [nh + nkv, hd] (one token): RMS-normalized per head first when qn/kn are given (Qwen3's
+ * q_norm/k_norm, gp_cu_rmsnorm's bits), then rotated; k heads and their v heads also go to the cache. */
 __global__ void rope_store_kernel(float *qk, int32_t nh, int32_t hd, const int32_t *pos0, const float *inv_freq,
-                                  const float *v, gp_cu_kv c) {
+                                  const float *v, gp_cu_kv c, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one) {
     pdl_enter();
+    __shared__ float sh[32];
     const int32_t h = blockIdx.x, half = hd / 2, j = *pos0;
     float *x = qk + (size_t)h * hd;
+    const gp_cu_wt *g = h < nh ? &qn : &kn;
+    if (g->data) {
+        const float inv = rms_inv(x, hd, eps, sh);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) x[i] = rms_val(x[i], inv, wt_at(g->data, g->dtype, i), plus_one);
+        __syncthreads();
+    }
     float a, b;
     const size_t o = (size_t)kv_slot(j, c.cap, c.keep) * c.kvd + (size_t)(h - nh) * hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -126,10 +103,15 @@ __global__ void rope_store_kernel(float *qk, int32_t nh, int32_t hd, const int32
 }
 
 extern "C" int gp_cu_rope_store(gp_cu *d, float *qk, int32_t nh, int32_t nkv, int32_t hd, const int32_t *pos0,
-                                const float *inv_freq, const float *v, const gp_cu_kv *c) {
+                                const float *inv_freq, const float *v, const gp_cu_kv *c, const gp_cu_wt *qn,
+                                const gp_cu_wt *kn, float eps, int plus_one) {
     if (nh + nkv <= 0 || hd < 2) return 0;
-    const int threads = hd / 2 >= 64 ? 64 : 32;
-    launch(rope_store_kernel, nh + nkv, threads, 0, gp_cu_stream(d), qk, nh, hd, pos0, inv_freq, v, *c);
+    const gp_cu_wt none = {NULL, 0, 0, 0};
+    const int normed = qn && qn->data && kn && kn->data;
+    /* with the norms: RMSNorm's own thread count (rms_inv emulates it exactly only with blockDim >= it) */
+    const int threads = normed ? rms_threads(hd) : hd / 2 >= 64 ? 64 : 32;
+    launch(rope_store_kernel, nh + nkv, threads, 0, gp_cu_stream(d), qk, nh, hd, pos0, inv_freq, v, *c,
+           normed ? *qn : none, normed ? *kn : none, eps, plus_one);
     return (int)cudaGetLastError();
 }
 

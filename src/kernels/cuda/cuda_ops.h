@@ -72,6 +72,9 @@ int gp_cu_matmul_add(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, cons
  * tokens/s) than the launch it saves. */
 int gp_cu_matmul_glu(gp_cu *d, float *y, const float *gu, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n,
                      int32_t act, int accum);
+/* One token (decode): y [w.rows / 2] = act(gate) * up where gate|up = x [w.cols] @ W^T (+ bias), W stacking the
+ * gate rows then the up rows: gp_cu_matmul then gp_cu_glu in one kernel, with their bits. */
+int gp_cu_matmul_gluo(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t act);
 /* The same product through cuBLAS (float32 compute, no TF32): W is widened to float32 into wide [rows*cols] first
  * when it is not float32.  Deterministic run to run for a given shape, but not the bits of gp_cu_matmul. */
 int gp_cu_matmul_cublas(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n,
@@ -104,9 +107,11 @@ typedef struct gp_cu_kv {
 int gp_cu_kv_store(gp_cu *d, const gp_cu_kv *c, const float *k, const float *v, int32_t n, const int32_t *pos0);
 
 /* One token (decode): q|k [nh + nkv heads, hd] rotated in place at position *pos0, and the rotated k heads and
- * v [nkv, hd] stored into the cache at that position: gp_cu_rope then gp_cu_kv_store in one kernel, same bits. */
+ * v [nkv, hd] stored into the cache at that position: gp_cu_rope then gp_cu_kv_store in one kernel, same bits.
+ * With qn and kn (data != NULL) each head is first RMS-normalized (Qwen3's q_norm/k_norm: gp_cu_rmsnorm's bits). */
 int gp_cu_rope_store(gp_cu *d, float *qk, int32_t nh, int32_t nkv, int32_t hd, const int32_t *pos0,
-                     const float *inv_freq, const float *v, const gp_cu_kv *c);
+                     const float *inv_freq, const float *v, const gp_cu_kv *c, const gp_cu_wt *qn,
+                     const gp_cu_wt *kn, float eps, int plus_one);
 
 /* Attention of a chunk of n queries at positions *pos0 + t: keys/values before *pos0 from the cache, those of the
  * chunk from k_new/v_new.  Query p sees key j iff j <= p and (window == 0 or p - j < window or j < keep). */
