@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench_transformers.py — transformers' speed on a model folder, measured as llama-bench and `genparity bench` do,
-for the same-run comparison on the GPU machine (bench/compare_cuda.sh).  Runs where torch and transformers are
-installed (the GPU machine); never part of the product.
+for the same-run comparison on the GPU machine (`DEVICE=cuda TRANSFORMERS=1 sh bench/compare.sh`).  Runs where
+torch and transformers are installed (the GPU machine); never part of the product.
 
   pp P : one forward of P random ids into an empty cache (torch.cuda.synchronize around it), tokens/s;
   tg N : `generate` from one random id with max_new_tokens = min_new_tokens = N, greedy, tokens/s
