@@ -37,6 +37,18 @@ static inline void tail_mask(int64_t n, __m256 *lo, __m256 *hi) {
     *hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)n - 8), idx));
 }
 
+/* A matrix-vector product's tail of K % 16 columns: xt = those columns of x zero-padded, ml|mh = their lane masks
+ * (zero when there is no tail).  Returns the number of columns handled by whole 16-lane steps. */
+static inline int64_t tail_prep(const float *x, int64_t K, float xt[16], __m256 *ml, __m256 *mh) {
+    const int64_t kf = K & ~(int64_t)15, rem = K & 15;
+    memset(xt, 0, 16 * sizeof(float));
+    *ml = *mh = _mm256_setzero_ps();
+    if (rem) {
+        memcpy(xt, x + kf, (size_t)rem * sizeof(float));
+        tail_mask(rem, ml, mh);
+    }
+    return kf;
+}
 
 /* exp(x): the same operations as exp16 in simd_avx512.c */
 static inline __m256 exp8(__m256 x) {
@@ -61,13 +73,9 @@ static inline __m256 exp8(__m256 x) {
  * lanes past the tail keep their value exactly as the AVX-512 masked FMA does. */
 #define DEFINE_MATVEC(NAME, TYPE, LD)                                                                                 \
     static void NAME(float *y, const TYPE *W, int64_t K, int64_t r0, int64_t r1, const float *x) {                    \
-        const int64_t kf = K & ~(int64_t)15, rem = K & 15;                                                            \
-        float xt[16] = {0};                                                                                           \
-        __m256 ml = _mm256_setzero_ps(), mh = ml;                                                                     \
-        if (rem) {                                                                                                    \
-            memcpy(xt, x + kf, (size_t)rem * sizeof(float));                                                          \
-            tail_mask(rem, &ml, &mh);                                                                                 \
-        }                                                                                                             \
+        float xt[16];                                                                                                 \
+        __m256 ml, mh;                                                                                                \
+        const int64_t kf = tail_prep(x, K, xt, &ml, &mh), rem = K & 15;                                               \
         for (int64_t r = r0; r < r1; r += 4) {                                                                        \
             const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;                                                            \
             __m256 al[4], ah[4];                                                                                      \
@@ -108,13 +116,9 @@ DEFINE_MATVEC(matvec_f16, uint16_t, ld_f16)
 #define MV_PF 512
 #define DEFINE_MATVEC1(NAME, TYPE, LD)                                                                                \
     static void NAME(float *y, const TYPE *W, int64_t K, int64_t r0, int64_t r1, const float *x) {                    \
-        const int64_t kf = K & ~(int64_t)15, rem = K & 15;                                                            \
-        float xt[16] = {0};                                                                                           \
-        __m256 ml = _mm256_setzero_ps(), mh = ml;                                                                     \
-        if (rem) {                                                                                                    \
-            memcpy(xt, x + kf, (size_t)rem * sizeof(float));                                                          \
-            tail_mask(rem, &ml, &mh);                                                                                 \
-        }                                                                                                             \
+        float xt[16];                                                                                                 \
+        __m256 ml, mh;                                                                                                \
+        const int64_t kf = tail_prep(x, K, xt, &ml, &mh), rem = K & 15;                                               \
         for (int64_t r = r0; r < r1; r++) {                                                                           \
             const TYPE *w = W + r * K;                                                                                \
             __m256 al = _mm256_setzero_ps(), ah = al, wl, wh;                                                         \
