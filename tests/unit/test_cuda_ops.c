@@ -414,8 +414,9 @@ static void gluo_case(gp_cu *d, int64_t R, int64_t K, gp_dtype dt, int bias, int
     CHECK_EQ_INT(gp_cu_glu(d, dgu, dgu + R, R, act), 0);
     float *y1 = down(d, dy, (size_t)R), *y2 = down(d, dgu, (size_t)R);
     const int same = memcmp(y1, y2, (size_t)R * 4) == 0;
-    if (!same) printf("    gluo R=%lld K=%lld dt=%d bias=%d act=%d: max|d| %g\n", (long long)R, (long long)K, (int)dt, bias,
-                      act, max_err(y1, y2, (size_t)R));
+    if (!same)
+        printf("    gluo R=%lld K=%lld dt=%d bias=%d act=%d: max|d| %g\n", (long long)R, (long long)K, (int)dt, bias, act,
+               max_err(y1, y2, (size_t)R));
     CHECK(same);
     free(y1); free(y2); free(xh); free((void *)w.data); free((void *)b.data);
     gp_cu_release(d, (void *)dw.data); gp_cu_release(d, (void *)db.data);
@@ -452,8 +453,10 @@ TEST(cuda_ops_fused_glu_and_qk_norm_give_the_separate_ops_bits) {
         float *k1 = down(d, c1.k, (size_t)cap * kvd), *k2 = down(d, c2.k, (size_t)cap * kvd);
         CHECK(memcmp(h1, h2, (size_t)(nh + nkv) * hd * 4) == 0);
         CHECK(memcmp(k1, k2, (size_t)cap * kvd * 4) == 0);
-        free(h1); free(h2); free(k1); free(k2); free(qk); free(v); free(z); free((void *)qn.data); free((void *)kn.data);
-        gp_cu_release(d, a1); gp_cu_release(d, a2); gp_cu_release(d, dv); gp_cu_release(d, dinv); gp_cu_release(d, dpos);
+        free(h1); free(h2); free(k1); free(k2); free(qk); free(v); free(z);
+        free((void *)qn.data); free((void *)kn.data);
+        gp_cu_release(d, a1); gp_cu_release(d, a2); gp_cu_release(d, dv);
+        gp_cu_release(d, dinv); gp_cu_release(d, dpos);
         gp_cu_release(d, c1.k); gp_cu_release(d, c1.v); gp_cu_release(d, c2.k); gp_cu_release(d, c2.v);
         gp_cu_release(d, (void *)dqn.data); gp_cu_release(d, (void *)dkn.data);
     }

@@ -71,15 +71,15 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
 }
 
 /* RMSNorm's thread count for a row of dim elements: its sum of squares is summed by that many strided partials. */
-__host__ __device__ __forceinline__ int rms_threads(int32_t dim) { return dim >= 1024 ? 256 : dim >= 128 ? 128 : 32; }
+__host__ __device__ __forceinline__ int rms_threads(int32_t dim) {
+    return dim >= 1024 ? 256 : dim >= 128 ? 128 : 32;
+}
 
-/* 1 / sqrt(mean(x^2) + eps) of x [dim] for the whole block, in RMSNorm's order whatever blockDim.x (>= the
- * rms_threads(dim) it emulates): thread i < nthr sums elements i, i + nthr, ...; the others add exact zeros. */
+/* 1 / sqrt(mean(x^2) + eps) of x [dim] for the whole block, whose blockDim.x must be rms_threads(dim): thread i
+ * sums elements i, i + blockDim.x, ..., then block_sum (one fixed order, RMSNorm's everywhere it is fused). */
 __device__ __forceinline__ float rms_inv(const float *x, int32_t dim, float eps, float *sh) {
-    const int nthr = rms_threads(dim);
     float ss = 0.0f;
-    if ((int)threadIdx.x < nthr)
-        for (int i = threadIdx.x; i < dim; i += nthr) ss += x[i] * x[i];
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += x[i] * x[i];
     ss = block_sum(ss, sh);
     return 1.0f / sqrtf(ss / (float)dim + eps);
 }

@@ -86,7 +86,8 @@ __global__ void rope_store_kernel(float *qk, int32_t nh, int32_t hd, const int32
     const gp_cu_wt *g = h < nh ? &qn : &kn;
     if (g->data) {
         const float inv = rms_inv(x, hd, eps, sh);
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) x[i] = rms_val(x[i], inv, wt_at(g->data, g->dtype, i), plus_one);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            x[i] = rms_val(x[i], inv, wt_at(g->data, g->dtype, i), plus_one);
         __syncthreads();
     }
     float a, b;
@@ -108,7 +109,7 @@ extern "C" int gp_cu_rope_store(gp_cu *d, float *qk, int32_t nh, int32_t nkv, in
     if (nh + nkv <= 0 || hd < 2) return 0;
     const gp_cu_wt none = {NULL, 0, 0, 0};
     const int normed = qn && qn->data && kn && kn->data;
-    /* with the norms: RMSNorm's own thread count (rms_inv emulates it exactly only with blockDim >= it) */
+    /* with the norms: RMSNorm's own thread count, which rms_inv's summation order assumes */
     const int threads = normed ? rms_threads(hd) : hd / 2 >= 64 ? 64 : 32;
     launch(rope_store_kernel, nh + nkv, threads, 0, gp_cu_stream(d), qk, nh, hd, pos0, inv_freq, v, *c,
            normed ? *qn : none, normed ? *kn : none, eps, plus_one);
