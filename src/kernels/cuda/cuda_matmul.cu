@@ -1,8 +1,8 @@
 /* cuda_matmul.cu — the projections of the CUDA backend: y [n, rows] = x [n, cols] @ W^T (+ bias).
- * gp_cu_matmul: one warp per weight row streams the row once per tile of up to 8 tokens with 16-byte loads
- * (8 bf16/f16 or 4 f32 weights), widening to float32 in registers; lane l takes vectors l, l+32, ... and the warp
- * sums its lanes by the xor butterfly, so an element's bits depend on nothing but its row and its token (the same
- * for decode and every prefill chunking).  gp_cu_matmul_cublas: float32 SGEMM through cuBLAS for long prefills. */
+ * gp_cu_matmul: one warp per weight row (PREFILL_ROWS rows for a chunk of tokens) streams the row once per tile of
+ * up to 8 tokens with 16-byte loads (8 bf16/f16 or 4 f32 weights), widening to float32 in registers; lane l takes
+ * vectors l, l+32, ... and the warp sums its lanes by the xor butterfly, so an element's bits depend on nothing but
+ * its row and its token (the same for decode and every prefill chunking).  gp_cu_matmul_cublas: float32 SGEMM through cuBLAS for long prefills. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -153,6 +153,91 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     }
 }
 
+/* Prefill tiles (VEC path, no GLU input): a warp takes ROWS weight rows x T tokens, so each token vector it loads
+ * serves ROWS rows and each weight vector T tokens.  Every output's sum is still lane l's vectors l, l+32, ... in
+ * order (the elements of a vector in order), then the xor butterfly: the bits of matmul_kernel. */
+template <int DT, int T, int ROWS>
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
+    matmul_rows_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
+                       int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int accum) {
+    pdl_enter();
+    typedef vec_traits<DT> V;
+    enum { UNR = 2 };
+    const int lane = threadIdx.x & 31;
+    const int64_t r0 = ((int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5)) * ROWS;
+    if (r0 >= rows) return;
+    const int32_t t0 = blockIdx.y * T;
+    const int nt = n - t0 < T ? n - t0 : T;
+    const int64_t nv = cols / V::E;
+    const uint4 *wr[ROWS];
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) /* rows past the end read the last row; their sums are not stored */
+        wr[i] = (const uint4 *)((const char *)W + (size_t)(r0 + i < rows ? r0 + i : rows - 1) * cols *
+                                                     (DT == GP_CU_F32 ? 4 : 2));
+    float acc[ROWS][T];
+#pragma unroll
+    for (int i = 0; i < ROWS; i++)
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[i][t] = 0.0f;
+    for (int64_t v0 = lane; v0 < nv; v0 += 32 * UNR) {
+        uint4 wv[ROWS][UNR];
+#pragma unroll
+        for (int u = 0; u < UNR; u++)
+#pragma unroll
+            for (int i = 0; i < ROWS; i++)
+                if (v0 + 32 * u < nv) wv[i][u] = __ldcs(wr[i] + v0 + 32 * u);
+#pragma unroll
+        for (int u = 0; u < UNR; u++) {
+            const int64_t v = v0 + 32 * u;
+            if (v >= nv) break;
+            float wf[ROWS][V::E];
+#pragma unroll
+            for (int i = 0; i < ROWS; i++) V::widen(wv[i][u], wf[i]);
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                if (t >= nt) continue;
+                const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols + v * V::E);
+#pragma unroll
+                for (int q = 0; q < V::E / 4; q++) {
+                    const float4 a = __ldg(xv + q);
+#pragma unroll
+                    for (int i = 0; i < ROWS; i++) {
+                        acc[i][t] = fmaf(wf[i][4 * q], a.x, acc[i][t]);
+                        acc[i][t] = fmaf(wf[i][4 * q + 1], a.y, acc[i][t]);
+                        acc[i][t] = fmaf(wf[i][4 * q + 2], a.z, acc[i][t]);
+                        acc[i][t] = fmaf(wf[i][4 * q + 3], a.w, acc[i][t]);
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) {
+        const int64_t r = r0 + i;
+        const float b = bias && r < rows ? wt_at(bias, bias_dt, r) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float sum = warp_sum(acc[i][t]);
+            if (lane == 0 && t < nt && r < rows) {
+                const float v = bias ? sum + b : sum;
+                float *o = y + (size_t)(t0 + t) * rows + r;
+                *o = accum ? *o + v : v;
+            }
+        }
+    }
+}
+
+#define PREFILL_ROWS 4
+
+template <int DT>
+static void launch_rows(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+                        int acc) {
+    const int64_t per_block = (int64_t)WARPS_PER_BLOCK * PREFILL_ROWS;
+    const dim3 grid((unsigned)((w->rows + per_block - 1) / per_block), (unsigned)((n + TOK_TILE - 1) / TOK_TILE));
+    launch(matmul_rows_kernel<DT, TOK_TILE, PREFILL_ROWS>, grid, dim3(WARPS_PER_BLOCK * 32), 0, s, y, x, w->data,
+           w->rows, w->cols, b, bdt, n, acc);
+}
+
 template <int DT, int T>
 static void launch_dt(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                       bool vec, int acc, int act) {
@@ -204,7 +289,11 @@ static int matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const g
     const int bdt = b ? bias->dtype : 0;
     cudaStream_t s = gp_cu_stream(d);
     if (n == 1) launch_t<1>(s, y, x, w, b, bdt, n, vec, acc, act);
-    else launch_t<TOK_TILE>(s, y, x, w, b, bdt, n, vec, acc, act);
+    else if (vec && act < 0) { /* prefill: PREFILL_ROWS rows per warp */
+        if (w->dtype == GP_CU_F32) launch_rows<GP_CU_F32>(s, y, x, w, b, bdt, n, acc);
+        else if (w->dtype == GP_CU_BF16) launch_rows<GP_CU_BF16>(s, y, x, w, b, bdt, n, acc);
+        else launch_rows<GP_CU_F16>(s, y, x, w, b, bdt, n, acc);
+    } else launch_t<TOK_TILE>(s, y, x, w, b, bdt, n, vec, acc, act);
     return (int)cudaGetLastError();
 }
 
