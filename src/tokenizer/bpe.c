@@ -361,7 +361,8 @@ gp_status tk_bpe_word(const tk_bpe *m, tk_bpe_cache *cache, const char *w, size_
         size_t start = out->n;
         for (int32_t k = nsy ? 0 : -1; k >= 0; k = sy[k].next)
             if (tk_ids_push(out, sy[k].id)) { st = GP_ERR_NOMEM; goto done; }
-        if (cache) cache_put(cache, w, len, out->v + start, out->n - start);
+        if (cache && out->n > start) /* a word with no ids (no unk, no byte fallback) is not cached */
+            cache_put(cache, w, len, out->v + start, out->n - start);
     }
 done:
 #undef ADD

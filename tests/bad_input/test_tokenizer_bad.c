@@ -128,3 +128,20 @@ TEST(tokenizer_bad_calls) {
     gp_detok_free(NULL);
     free(p);
 }
+
+/* A word that has no id (no unk token, no byte fallback) encodes to nothing, first in the text or later: found by
+ * fuzz_tokenizer (pointer arithmetic on the still-empty id list, caught by UBSan in make asan). */
+TEST(tokenizer_bad_word_without_ids) {
+    char *p = write_tok(MODEL("{\"a\": 0, \"b\": 1, \"ab\": 2}", "[\"a b\"]"));
+    gp_tokenizer *t;
+    CHECK_STATUS(gp_tokenizer_load(p, &t), GP_OK);
+    int32_t *ids = NULL, n = -1;
+    CHECK_STATUS(gp_tokenizer_encode(t, "xyz", 3, 0, &ids, &n), GP_OK);
+    CHECK_EQ_INT(n, 0);
+    gp_free(ids);
+    CHECK_STATUS(gp_tokenizer_encode(t, "xyz", 3, 0, &ids, &n), GP_OK); /* again: nothing was cached */
+    CHECK_EQ_INT(n, 0);
+    gp_free(ids);
+    gp_tokenizer_free(t);
+    free(p);
+}
