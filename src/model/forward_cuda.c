@@ -52,7 +52,7 @@ struct gp_cuda_ctx {
     gp_cu *d;
     const gp_cuda_model *dm;
     float *x, *h, *q, *k, *v, *att, *gate, *up, *logits, *part, *steer;
-    float *qkv, *gu;        /* decode: the fused projections' outputs [Q + 2 KV], [2 F] */
+    float *qkv, *gu;        /* decode: the fused projections' outputs [Q + 2 KV], [F] (after the GLU) */
     int32_t *ids, *pos;
     gp_cu_kv *kv;           /* [n_layers] */
     int32_t *window;        /* [n_layers] the layer's visibility window (0 = all earlier positions) */
@@ -264,7 +264,7 @@ static gp_status ctx_alloc(gp_ctx *c, gp_cuda_ctx *x) {
         {(void **)&x->k, C * KV * 4}, {(void **)&x->v, C * KV * 4}, {(void **)&x->att, C * Q * 4},
         {(void **)&x->gate, C * F * 4}, {(void **)&x->up, C * F * 4}, {(void **)&x->logits, (size_t)x->lb * V * 4},
         {(void **)&x->part, (size_t)x->qb * per_q}, {(void **)&x->steer, E * 4}, {(void **)&x->ids, C * 4},
-        {(void **)&x->pos, 4}, {(void **)&x->qkv, (Q + 2 * KV) * 4}, {(void **)&x->gu, 2 * F * 4},
+        {(void **)&x->pos, 4}, {(void **)&x->qkv, (Q + 2 * KV) * 4}, {(void **)&x->gu, F * 4},
     };
     int e = 0;
     for (size_t i = 0; i < sizeof a / sizeof a[0] && !e; i++)
@@ -390,15 +390,14 @@ static gp_status attn_block(gp_ctx *c, gp_cuda_ctx *x, int32_t l, int32_t n, int
     const float *inv_freq = cfg->window[l] > 0 ? x->dm->inv_sliding : x->dm->inv_full;
     /* decode: q/k norms, rope of q and k and the cache store in one kernel (storing before attention is safe for one
      * token: the slot it overwrites holds a position the query no longer sees) */
-    const int stored = one;
-    if (stored) {
+    if (one) {
         const gp_cu_wt *qn = a->qk_norm ? &W->q_norm : NULL, *kn = a->qk_norm ? &W->k_norm : NULL;
         CK(gp_cu_rope_store(d, q, nh, nkv, hd, x->pos, inv_freq, v, &x->kv[l], qn, kn, eps, po));
     } else {
         CK(gp_cu_rope(d, q, n, nh, hd, x->pos, inv_freq));
         CK(gp_cu_rope(d, k, n, nkv, hd, x->pos, inv_freq));
     }
-    gp_status s = attention(c, x, l, n, pos0, q, k, v, stored);
+    gp_status s = attention(c, x, l, n, pos0, q, k, v, one);
     if (s) return s;
     if (a->sandwich_norms) {
         CK(gp_cu_matmul(d, x->h, x->att, &W->wo, &W->bo, n));

@@ -2,7 +2,8 @@
  * gp_cu_matmul: one warp per weight row (PREFILL_ROWS rows for a chunk of tokens) streams the row once per tile of
  * up to 8 tokens with 16-byte loads (8 bf16/f16 or 4 f32 weights), widening to float32 in registers; lane l takes
  * vectors l, l+32, ... and the warp sums its lanes by the xor butterfly, so an element's bits depend on nothing but
- * its row and its token (the same for decode and every prefill chunking).  gp_cu_matmul_cublas: float32 SGEMM through cuBLAS for long prefills. */
+ * its row and its token (the same for decode and every prefill chunking).  gp_cu_matmul_cublas: float32 SGEMM
+ * through cuBLAS for long prefills. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -68,9 +69,8 @@ __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__r
     if (VEC) {
         const uint4 *wrow = (const uint4 *)((const char *)W + (size_t)r * cols * (DT == GP_CU_F32 ? 4 : 2));
         const int64_t nv = cols / V::E;
-        /* UNR 16-byte weight loads in flight per lane before any arithmetic (weights are read once: streaming).  On the
-         * H100, 8 gave prefill (T = 8) +10% and decode (T = 1) -4% against 4; the order of the sums is the same. */
-        enum { UNR = T > 1 ? 8 : 4 };
+        /* UNR 16-byte weight loads in flight per lane before any arithmetic (weights are read once: streaming) */
+        enum { UNR = 4 };
         for (int64_t v0 = lane; v0 < nv; v0 += 32 * UNR) {
             uint4 wv[UNR];
 #pragma unroll
@@ -267,10 +267,8 @@ static void launch_gluo(cudaStream_t s, float *y, const float *x, const gp_cu_wt
                         int act) {
     const int64_t rows = w->rows / 2;
     const dim3 grid((unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), blk(WARPS_PER_BLOCK * 32);
-    if (vec)
-        launch(matmul_kernel<DT, 1, true, false, true>, grid, blk, 0, s, y, x, w->data, rows, w->cols, b, bdt, 1, 0, act);
-    else
-        launch(matmul_kernel<DT, 1, false, false, true>, grid, blk, 0, s, y, x, w->data, rows, w->cols, b, bdt, 1, 0, act);
+    auto k = vec ? matmul_kernel<DT, 1, true, false, true> : matmul_kernel<DT, 1, false, false, true>;
+    launch(k, grid, blk, 0, s, y, x, w->data, rows, w->cols, b, bdt, 1, 0, act);
 }
 
 /* The 16-byte path applies: whole vectors per row, rows and x 16-byte aligned. */
