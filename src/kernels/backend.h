@@ -163,6 +163,8 @@ typedef struct gp_ws_params {
     int32_t max_lora_rank; /* largest sum of LoRA ranks of one linear (0 = no LoRA) */
     int32_t compute;       /* gp_compute: GP_COMPUTE_BF16 makes the ops round their outputs to bfloat16 where
                               transformers' bf16 forward does (each op's comment says where) */
+    int32_t max_cols;      /* widest input of a linear (in features); with GP_COMPUTE_BF16 the CPU backend packs
+                              linear inputs [max_tokens, max_cols] to bf16 for vdpbf16ps (0: it never packs) */
 } gp_ws_params;
 
 typedef struct gp_backend gp_backend;

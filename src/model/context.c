@@ -40,15 +40,25 @@ static gp_status new_cache(gp_ctx *c, const char *name, gp_cache **out) {
     return gp_cache_create(name, &c->kvp, c->m->be, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim, cfg->window, out);
 }
 
+gp_ws_params gp_ctx_ws_params(const gp_ctx *x, int32_t lora_rank) {
+    const gp_config *c = &x->m->cfg;
+    const gp_ctx_params *p = &x->p;
+    /* a query sees at most n_ctx keys, or max_kv_size with a rotating cache (positions grow without bound) */
+    const int32_t seen = p->max_kv_size > 0 ? p->max_kv_size : p->n_ctx, q = c->n_heads * c->head_dim;
+    const int32_t cols = c->n_ff > c->n_embd ? c->n_ff : c->n_embd; /* down's input, else the hidden size */
+    const gp_ws_params wp = {.n_threads = p->n_threads, .max_tokens = p->prefill_chunk, .max_keys = seen,
+                             .head_dim = c->head_dim, .max_lora_rank = lora_rank, .compute = p->compute,
+                             .max_cols = cols > q ? cols : q};
+    return wp;
+}
+
 /* The workspace and the activation buffers of one chunk, from the model's backend. */
 static gp_status alloc_activations(gp_ctx *x) {
     const gp_config *c = &x->m->cfg;
     const gp_ctx_params *p = &x->p;
     gp_backend *be = x->m->be;
-    /* a query sees at most n_ctx keys, or max_kv_size with a rotating cache (positions grow without bound) */
     const int32_t seen = p->max_kv_size > 0 ? p->max_kv_size : p->n_ctx;
-    const gp_ws_params wp = {.n_threads = p->n_threads, .max_tokens = p->prefill_chunk, .max_keys = seen,
-                             .head_dim = c->head_dim, .max_lora_rank = x->ws_lora_rank, .compute = p->compute};
+    const gp_ws_params wp = gp_ctx_ws_params(x, x->ws_lora_rank);
     gp_status s = be->ops->ws_init(be, &wp, &x->ws);
     if (s) return s;
     size_t C = (size_t)p->prefill_chunk, E = (size_t)c->n_embd, Q = (size_t)c->n_heads * (size_t)c->head_dim;

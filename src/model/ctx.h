@@ -38,6 +38,10 @@ struct gp_ctx {
 
 static inline gp_cache *gp_ctx_cache(const gp_ctx *c) { return c->caches[c->cur]; }
 
+/* The workspace parameters of context x (its threads, chunk, keys, compute mode, widest linear input) with LoRA
+ * scratch for a sum of ranks of lora_rank. */
+gp_ws_params gp_ctx_ws_params(const gp_ctx *x, int32_t lora_rank);
+
 /* Runs one chunk of n tokens (ids, host memory) at the current cache's positions n_past.. through every layer and
  * advances the cache.  logits (host): [n, V] when all, else [V] of the last token, NULL for none.  Hidden states
  * requested by o are read back into o->hidden_out at token offset t0 of n_total.  The cache must have been

@@ -23,10 +23,7 @@ static void describe(gp_adapter *const *ad, const float *scales, int32_t n, char
 /* The workspace with LoRA scratch for `rank` (sum of ranks of one linear), replacing the context's. */
 static gp_status grow_ws(gp_ctx *c, int32_t rank) {
     if (rank <= c->ws_lora_rank) return GP_OK;
-    const gp_config *cfg = &c->m->cfg;
-    const int32_t seen = c->p.max_kv_size > 0 ? c->p.max_kv_size : c->p.n_ctx;
-    const gp_ws_params wp = {.n_threads = c->p.n_threads, .max_tokens = c->p.prefill_chunk, .max_keys = seen,
-                             .head_dim = cfg->head_dim, .max_lora_rank = rank, .compute = c->p.compute};
+    const gp_ws_params wp = gp_ctx_ws_params(c, rank);
     gp_ws *ws;
     gp_status s = c->m->be->ops->ws_init(c->m->be, &wp, &ws);
     if (s) return s;

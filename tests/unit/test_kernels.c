@@ -121,3 +121,46 @@ TEST(kernels_paths_agree) {
     gp_cpu_force_simd(NULL);
     free((void *)w.data);
 }
+
+/* The bf16 mode's vdpbf16ps kernel (AVX512_BF16 only): for bf16 weights and bf16 activations it gives the bits of
+ * the AVX-512 float32 kernel on the same values (simd.h's reduction), for every token count and row range. */
+TEST(kernels_dpbf16_gives_the_float32_kernels_bits) {
+    if (gp_cpu_force_simd("avx512") != 0 || !gp_cpu_dpbf16()) {
+        gp_cpu_force_simd(NULL);
+        SKIP("the CPU has no AVX512_BF16");
+    }
+    const gp_dpbf16_kernels *D = gp_cpu_dpbf16();
+    const gp_simd_kernels *K = gp_cpu_kernels();
+    const int64_t ks[] = {2, 15, 16, 17, 31, 32, 33, 48, 100, 1024, 3000};
+    const int32_t ns[] = {1, 5, 6, 7, 13, 100};
+    const int64_t rows = 23;
+    int checked = 0, differ = 0;
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int64_t k = ks[ki], kp = (k + 31) / 32 * 32;
+            const int32_t n = ns[ni];
+            gp_wt w = make_wt(GP_DTYPE_BF16, rows, k, (uint32_t)(11 + ki * 7 + ni));
+            float *x = malloc(sizeof(float) * (size_t)(n * k));
+            uint16_t *xb = malloc(sizeof(uint16_t) * (size_t)(n * kp));
+            uint32_t s = 5 + (uint32_t)ni;
+            for (int64_t i = 0; i < n * k; i++) x[i] = gp_bf16_to_f32(gp_f32_to_bf16(frand(&s)));
+            D->pack(xb, x, n, k);
+            float *a = malloc(sizeof(float) * (size_t)(n * rows)), *b = malloc(sizeof(float) * (size_t)(n * rows));
+            for (int32_t t = 0; t < n; t++) gp_cpu_matvec(K, a + t * rows, &w, 0, rows, x + t * k);
+            D->gemm(b, rows, &w, 0, 7, xb, n); /* two row ranges, as two threads would split them */
+            D->gemm(b, rows, &w, 7, rows, xb, n);
+            if (memcmp(a, b, sizeof(float) * (size_t)(n * rows))) {
+                NOTE("k %lld n %d: vdpbf16ps differs from the float32 kernel", (long long)k, n);
+                differ++;
+            }
+            checked++;
+            free(a);
+            free(b);
+            free(x);
+            free(xb);
+            free((void *)w.data);
+        }
+    gp_cpu_force_simd(NULL);
+    NOTE("%d (k, n) cases: %d differ from the AVX-512 float32 kernel's bits (want 0)", checked, differ);
+    CHECK(differ == 0);
+}

@@ -18,6 +18,9 @@ typedef struct cpu_ws {
     float *attn;         /* [n_threads, attn_stride] attention scores + two dequantized rows */
     int64_t attn_stride; /* max_keys + 2 * head_dim */
     float *lora;         /* [max_lora_rank * max_tokens] x A^T of every term of one linear */
+    uint16_t *xb;        /* bf16 mode with vdpbf16ps: a linear's input packed to bf16 [max_tokens, max_cols
+                            rounded up to 32] */
+    int64_t xb_cap;      /* its elements (0: no packing) */
 } cpu_ws;
 
 /* Element i of a vector weight. */
@@ -29,6 +32,8 @@ typedef struct linear_job {
     const float *x;
     const gp_linear *L;
     const float *z; /* the low-rank terms' x A_i^T, term i at z + n * (sum of earlier ranks), [n, rank_i] */
+    const gp_dpbf16_kernels *D; /* bf16 mode, bf16 weights, AVX512_BF16: the products from xb (else NULL) */
+    const uint16_t *xb;         /* x [n, in] packed to bf16 */
     int32_t n;
     int64_t chunk;
     int bf16;       /* GP_COMPUTE_BF16: bf16 weights (float16/32 ones rounded), x W^T + bias rounded once (torch's
@@ -61,7 +66,8 @@ static void linear_item(void *arg, int64_t c, int thread) {
     const linear_job *j = arg;
     const gp_linear *L = j->L;
     const int64_t d = L->w.rows, r0 = c * j->chunk, r1 = r0 + j->chunk < d ? r0 + j->chunk : d;
-    if (j->bf16 && (L->w.format == GP_WFMT_F32 || L->w.format == GP_WFMT_F16)) bf16_rows(j, r0, r1);
+    if (j->D) j->D->gemm(j->y, d, &L->w, r0, r1, j->xb, j->n);
+    else if (j->bf16 && (L->w.format == GP_WFMT_F32 || L->w.format == GP_WFMT_F16)) bf16_rows(j, r0, r1);
     else if (j->n == 1) gp_cpu_matvec(j->K, j->y, &L->w, r0, r1, j->x);
     else gp_cpu_gemm(j->K, j->y, d, &L->w, r0, r1, j->x, j->n);
     if (L->bias.data)
@@ -115,7 +121,8 @@ static void lora_a_item(void *arg, int64_t i, int thread) {
 static void cpu_linear(gp_ws *ws, float *y, const float *x, const gp_linear *L, int32_t n) {
     const gp_simd_kernels *K = gp_cpu_kernels();
     const int64_t d = L->w.rows, nt = ws->n_threads;
-    float *z = ((cpu_ws *)ws->impl)->lora;
+    cpu_ws *cw = ws->impl;
+    float *z = cw->lora;
     if (L->n_lora > 0) {
         lora_a_job a = {K, L, x, z, n};
         gp_pool_run((int)nt, L->n_lora, lora_a_item, &a);
@@ -123,7 +130,12 @@ static void cpu_linear(gp_ws *ws, float *y, const float *x, const gp_linear *L, 
     /* decode: 128-row chunks (a few hundred KB of weights each); prefill: about 4 chunks per thread, whole tiles */
     int64_t chunk = n == 1 ? 128 : (d + 4 * nt - 1) / (4 * nt);
     if (n > 1) chunk = chunk < 96 ? 96 : (chunk + 47) / 48 * 48;
-    linear_job j = {K, y, x, L, z, n, chunk, is_bf16(ws)};
+    /* bf16 mode: bf16 weights take vdpbf16ps where the CPU has it, on the input packed to bf16 once */
+    const int64_t packed = (int64_t)n * ((L->w.cols + 31) / 32 * 32);
+    const gp_dpbf16_kernels *D = is_bf16(ws) && L->w.format == GP_WFMT_BF16 && packed <= cw->xb_cap
+                                     ? gp_cpu_dpbf16() : NULL;
+    if (D) D->pack(cw->xb, x, n, L->w.cols);
+    linear_job j = {K, y, x, L, z, D, cw->xb, n, chunk, is_bf16(ws)};
     gp_pool_run((int)nt, (d + chunk - 1) / chunk, linear_item, &j);
     if (is_bf16(ws)) round_all(y, (int64_t)n * d); /* bf16: float32 accumulation, the output rounded */
 }
@@ -475,7 +487,8 @@ static int32_t online_cpus(void) {
 
 static gp_status cpu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) {
     *out = NULL;
-    if (p->n_threads < 0 || p->max_tokens < 0 || p->max_keys < 0 || p->head_dim < 0 || p->max_lora_rank < 0)
+    if (p->n_threads < 0 || p->max_tokens < 0 || p->max_keys < 0 || p->head_dim < 0 || p->max_lora_rank < 0 ||
+        p->max_cols < 0)
         return gp_set_error(GP_ERR_INVALID_ARG, "cpu backend: workspace sizes must be >= 0");
     gp_ws *ws = gp_calloc(1, sizeof *ws);
     cpu_ws *cw = gp_calloc(1, sizeof *cw);
@@ -491,9 +504,14 @@ static gp_status cpu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out)
     cw->attn_stride = (int64_t)p->max_keys + 2 * (int64_t)p->head_dim;
     cw->attn = gp_malloc((size_t)ws->n_threads * (size_t)cw->attn_stride, sizeof(float));
     cw->lora = gp_malloc((size_t)p->max_lora_rank * (size_t)p->max_tokens + 1, sizeof(float));
-    if (!cw->attn || !cw->lora) {
+    if (p->compute == GP_COMPUTE_BF16 && p->max_cols > 0 && gp_cpu_dpbf16()) {
+        cw->xb_cap = (int64_t)p->max_tokens * ((p->max_cols + 31) / 32 * 32);
+        cw->xb = gp_malloc((size_t)cw->xb_cap, sizeof(uint16_t));
+    }
+    if (!cw->attn || !cw->lora || (cw->xb_cap && !cw->xb)) {
         free(cw->attn);
         free(cw->lora);
+        free(cw->xb);
         free(cw);
         free(ws);
         return gp_set_error(GP_ERR_NOMEM, "cpu backend: out of memory for a workspace (%d threads x %d keys)",
@@ -508,6 +526,7 @@ static void cpu_ws_free(gp_ws *ws) {
     cpu_ws *cw = ws->impl;
     free(cw->attn);
     free(cw->lora);
+    free(cw->xb);
     free(cw);
     free(ws);
 }

@@ -56,4 +56,12 @@ int gp_cpu_force_simd(const char *name) {
     return 0;
 }
 
+const gp_dpbf16_kernels *gp_cpu_dpbf16(void) {
+    if (gp_cpu_kernels()->id != GP_SIMD_AVX512) return NULL;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx512bf16")) return gp_simd_avx512bf16();
+#endif
+    return NULL;
+}
+
 const char *gp_cpu_simd(void) { return gp_cpu_kernels()->name; }

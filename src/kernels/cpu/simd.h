@@ -68,6 +68,21 @@ void gp_avx512_gemm_bf16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int6
 void gp_avx512_gemm_f16(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const float *x, int32_t n);
 #endif
 
+/* The bf16 compute mode's weight products on CPUs with AVX512_BF16 (simd_avx512bf16.c): activations packed to bf16
+ * once per linear, then y[t*ldy + r] = W[r] · x[t] (r in [r0, r1), t in [0, n)) over bf16 W by vdpbf16ps with
+ * float32 accumulation in the reduction above (lane j: k = j mod 16, in increasing k; then the fixed tree), so the
+ * bits of the float32 kernels on the same bf16 values (denormals aside: vdpbf16ps flushes them). */
+typedef struct gp_dpbf16_kernels {
+    /* dst [n, (k + 31) / 32 * 32] = bf16(src [n, k]) (ties to even) in the kernel's lane order, zero-padded */
+    void (*pack)(uint16_t *dst, const float *src, int32_t n, int64_t k);
+    /* x: pack's output for W's k = w->cols */
+    void (*gemm)(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const uint16_t *x, int32_t n);
+} gp_dpbf16_kernels;
+const gp_dpbf16_kernels *gp_simd_avx512bf16(void); /* NULL when not compiled in */
+/* The bf16-mode kernels in use: those above when the path in use is AVX-512 and the CPU has AVX512_BF16, else NULL
+ * (the bf16 mode then runs the path's float32 kernels on the bf16 values). */
+const gp_dpbf16_kernels *gp_cpu_dpbf16(void);
+
 const gp_simd_kernels *gp_simd_scalar(void);
 const gp_simd_kernels *gp_simd_avx2(void);   /* NULL when not compiled in */
 const gp_simd_kernels *gp_simd_avx512(void); /* NULL when not compiled in */
