@@ -46,8 +46,16 @@ static gp_wt dense_rows(const gp_wt *w, int64_t r0, int64_t n) {
     return gp_wt_dense(w->format, (const char *)w->data + (size_t)r0 * (size_t)w->cols * es, n, w->cols);
 }
 
-/* x rounded to the nearest bfloat16 (ties to even), as a float: what a torch bf16 tensor holds. */
-static inline float bf16r(float x) { return gp_bf16_to_f32(gp_f32_to_bf16(x)); }
+/* x rounded to the nearest bfloat16 (ties to even), as a float: what a torch bf16 tensor holds (gp_f32_to_bf16's
+ * rounding, inline and branch-free so loops of it vectorize; a NaN stays a quiet NaN). */
+static inline float bf16r(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u, q = (u | 0x00400000u) & 0xffff0000u;
+    u = (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 
 /* Rounds x [n] to bfloat16 in place (GP_COMPUTE_BF16: an op's output as torch stores it). */
 static void round_all(float *x, int64_t n) {
@@ -92,6 +100,8 @@ static void linear_item(void *arg, int64_t c, int thread) {
         }
         z += (int64_t)j->n * rank;
     }
+    if (j->bf16) /* float32 accumulation, the output rounded once (after bias and low-rank terms) */
+        for (int32_t t = 0; t < j->n; t++) round_all(j->y + (int64_t)t * d + r0, r1 - r0);
 }
 
 typedef struct lora_a_job {
@@ -137,7 +147,6 @@ static void cpu_linear(gp_ws *ws, float *y, const float *x, const gp_linear *L, 
     if (D) D->pack(cw->xb, x, n, L->w.cols);
     linear_job j = {K, y, x, L, z, D, cw->xb, n, chunk, is_bf16(ws)};
     gp_pool_run((int)nt, (d + chunk - 1) / chunk, linear_item, &j);
-    if (is_bf16(ws)) round_all(y, (int64_t)n * d); /* bf16: float32 accumulation, the output rounded */
 }
 
 static void bf16_rows(const linear_job *j, int64_t r0, int64_t r1) {

@@ -49,28 +49,38 @@ static inline int64_t packed_cols(int64_t K) { return (K + 31) & ~(int64_t)31; }
 static inline __attribute__((always_inline)) void tile(float *y, int64_t ldy, const uint16_t *w, int64_t K, int R,
                                                        const uint16_t *x, int64_t ldx, int T) {
     __m512 acc[4][6];
+    #pragma GCC unroll 6
     for (int i = 0; i < R; i++)
+        #pragma GCC unroll 6
         for (int j = 0; j < T; j++) acc[i][j] = _mm512_setzero_ps();
     const __m512i idx = lane_order();
     const int64_t kf = K & ~(int64_t)31;
     for (int64_t k = 0; k < kf; k += 32) {
         __m512bh wv[4];
+        #pragma GCC unroll 6
         for (int i = 0; i < R; i++) wv[i] = ldw(w + i * K + k, idx);
+        #pragma GCC unroll 6
         for (int j = 0; j < T; j++) {
             const __m512bh xv = ldxp(x + j * ldx + k);
+            #pragma GCC unroll 6
             for (int i = 0; i < R; i++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv[i], xv);
         }
     }
     if (kf < K) {
         const __mmask32 m = (__mmask32)((1u << (K - kf)) - 1u);
         __m512bh wv[4];
+        #pragma GCC unroll 6
         for (int i = 0; i < R; i++) wv[i] = ldwm(w + i * K + kf, m, idx);
+        #pragma GCC unroll 6
         for (int j = 0; j < T; j++) {
             const __m512bh xv = ldxp(x + j * ldx + kf);
+            #pragma GCC unroll 6
             for (int i = 0; i < R; i++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv[i], xv);
         }
     }
+    #pragma GCC unroll 6
     for (int i = 0; i < R; i++)
+        #pragma GCC unroll 6
         for (int j = 0; j < T; j++) y[j * ldy + i] = reduce16(acc[i][j]);
 }
 
