@@ -1,7 +1,8 @@
 /* simd_avx512.c — AVX-512F/BW/VL/DQ + FMA + F16C kernels (see simd.h for the reduction every product follows).
  * Compiled for those instructions with a target pragma and only called after the CPU reports them (dispatch.c),
  * so the build needs no -march flag.  bf16 weights become float32 by a 16-bit shift and f16 weights by vcvtph2ps;
- * activations stay float32 (no vdpbf16ps: it would round the activations to bf16 and lose parity).
+ * activations stay float32 (no vdpbf16ps here: it would round float32-mode activations; the bf16 mode, whose
+ * activations are bf16 already, has its own vdpbf16ps kernels in simd_avx512bf16.c with these kernels' bits).
  * The exp and the lane structure match simd_avx2.c operation for operation, so both paths give the same bits. */
 #include "kernels/cpu/simd.h"
 
