@@ -284,13 +284,16 @@ int cmd_bench(int argc, char **argv) {
     if (n_models == 0) return cli_missing("--model", "at least one model folder");
     if (threads == 0) threads = omp_get_num_procs();
     double bw = bw_gbs ? bw_gbs * 1e9 : measure_bandwidth(threads, bw_mib);
+    const int bf16 = bench_compute == GP_COMPUTE_BF16;
     row rows[64];
     int rc = 0;
     for (int i = 0; i < n_models; i++)
         if (bench_model(models[i], p, n, reps, threads, device, bw, &rows[i])) rc = 1;
     if (json) {
-        printf("{\"device\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"read_bandwidth_gb_s\":%.2f,\"p\":%d,\"n\":%d,\"r\":%d,\"models\":[",
-               device == GP_DEVICE_CUDA ? "cuda" : "cpu", threads, gp_cpu_simd(), bw / 1e9, p, n, reps);
+        printf("{\"device\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"compute\":\"%s\",\"bf16_dot\":%s,"
+               "\"read_bandwidth_gb_s\":%.2f,\"p\":%d,\"n\":%d,\"r\":%d,\"models\":[",
+               device == GP_DEVICE_CUDA ? "cuda" : "cpu", threads, gp_cpu_simd(), bf16 ? "bf16" : "f32",
+               bf16 && gp_cpu_bf16_dot() ? "true" : "false", bw / 1e9, p, n, reps);
         for (int i = 0, first = 1; i < n_models; i++) {
             const row *r = &rows[i];
             if (!r->ok) continue;
@@ -305,8 +308,9 @@ int cmd_bench(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("device %s, threads %d, kernels %s, %s bandwidth %.1f GB/s, p %d, n %d, r %d\n\n",
-               device == GP_DEVICE_CUDA ? "cuda" : "cpu", threads, gp_cpu_simd(), bw_gbs ? "given" : "measured read",
+        printf("device %s, threads %d, kernels %s, compute %s, %s bandwidth %.1f GB/s, p %d, n %d, r %d\n\n",
+               device == GP_DEVICE_CUDA ? "cuda" : "cpu", threads, gp_cpu_simd(),
+               !bf16 ? "f32" : gp_cpu_bf16_dot() ? "bf16 (vdpbf16ps)" : "bf16", bw_gbs ? "given" : "measured read",
                bw / 1e9, p, n, reps);
         printf("| model | arch | weights GiB | load s | pp%d t/s | tg%d t/s | tg GB/token | tg bandwidth_utilization | "
                "peak MiB |\n",

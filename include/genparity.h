@@ -242,6 +242,10 @@ gp_status gp_mem_peak_reset(void);
  * features; the environment variable GENPARITY_SIMD=scalar|avx2|avx512 forces a path the CPU supports. */
 const char *gp_cpu_simd(void);
 
+/* Returns 1 when the bf16 compute mode (GP_COMPUTE_BF16) multiplies bf16 weights with the CPU's bf16 dot products
+ * (AVX512_BF16 vdpbf16ps, on the avx512 path; same bits as the float32 kernels), else 0. */
+int gp_cpu_bf16_dot(void);
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Context: KV cache + scratch                                                                                    */
 /* ------------------------------------------------------------------------------------------------------------ */

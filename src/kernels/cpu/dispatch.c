@@ -65,3 +65,5 @@ const gp_dpbf16_kernels *gp_cpu_dpbf16(void) {
 }
 
 const char *gp_cpu_simd(void) { return gp_cpu_kernels()->name; }
+
+int gp_cpu_bf16_dot(void) { return gp_cpu_dpbf16() != NULL; }
