@@ -10,6 +10,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 #include <immintrin.h>
+#include "kernels/cpu/avx512_reduce.h" /* reduce16 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,14 +32,6 @@ static inline __m512 ldm_f16(const uint16_t *p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
-/* The fixed tree: lane j += lane j+8, then +4, +2, +1; returns lane 0. */
-static inline float reduce16(__m512 v) {
-    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
-    return _mm_cvtss_f32(d);
-}
 
 /* exp(x) for x in float32 (Cephes expf: range reduction by ln 2 in two parts, degree-5 polynomial);
  * x is clamped to [-87.3, 88.3] so 2^n stays a normal number.  Max error about 2 ulp. */

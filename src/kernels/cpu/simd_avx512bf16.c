@@ -16,15 +16,8 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
 #include <immintrin.h>
+#include "kernels/cpu/avx512_reduce.h" /* reduce16 */
 
-/* The fixed tree of simd.h: lane j += lane j+8, then +4, +2, +1; returns lane 0. */
-static inline float reduce16(__m512 v) {
-    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
-    return _mm_cvtss_f32(d);
-}
 
 /* vpermw indices: lane j of 32 bf16 = (low: element 16 + j, high: element j) */
 static inline __m512i lane_order(void) {
