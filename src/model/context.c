@@ -94,9 +94,6 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     if (p.compute != GP_COMPUTE_F32 && p.compute != GP_COMPUTE_BF16)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: field 'compute' = %d is not GP_COMPUTE_F32 or "
                             "GP_COMPUTE_BF16", (int)p.compute);
-    if (p.compute == GP_COMPUTE_BF16 && p.device == GP_DEVICE_CUDA)
-        return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: compute bf16 is CPU-only (the CUDA backend computes in "
-                            "float32)");
     if (p.device != GP_DEVICE_CPU && p.device != GP_DEVICE_CUDA)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: device %d is not GP_DEVICE_CPU or GP_DEVICE_CUDA",
                             p.device);

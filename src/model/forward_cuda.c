@@ -302,6 +302,7 @@ gp_status gp_cuda_ctx_init(gp_ctx *c) {
         return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: device cuda: quantized KV caches (kv_bits %d) are "
                                                 "CPU-only for now", c->p.kv_bits);
     gp_model *m = (gp_model *)c->m; /* the device copy is a lazily built cache of immutable data, like the fingerprint */
+    const int bf16 = c->p.compute == GP_COMPUTE_BF16;
     gp_status s = check_formats(m);
     if (s) return s;
     pthread_mutex_lock(&m->fp_lock);
@@ -317,6 +318,7 @@ gp_status gp_cuda_ctx_init(gp_ctx *c) {
         return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: device cuda: %s", msg);
     }
     x->dm = m->cuda;
+    gp_cu_set_bf16(x->d, bf16); /* every op of this context's handle rounds as the bf16 mode (cuda_ops.h) */
     if ((s = ctx_alloc(c, x))) {
         gp_cuda_ctx_free(x);
         return s;

@@ -462,4 +462,149 @@ TEST(cuda_ops_fused_glu_and_qk_norm_give_the_separate_ops_bits) {
     }
 }
 
+
+/* x [n] rounded to bf16 in place (the inputs of a bf16-mode op are bf16 values) */
+static void to_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = gp_bf16_to_f32(gp_f32_to_bf16(x[i]));
+}
+
+/* A bf16-mode result against the CPU op's: every element a bf16 value, at most one bf16 step (2^-7 of the magnitude)
+ * away, and the share of elements that differ at all.  Returns the max relative error; *nd += differing count. */
+static double bf16_cmp(const float *y, const float *ref, size_t n, size_t *nd, int *not_bf16) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (gp_bf16_to_f32(gp_f32_to_bf16(y[i])) != y[i]) (*not_bf16)++;
+        const double e = fabs((double)y[i] - ref[i]) / fmax(fabs((double)ref[i]), 1e-3);
+        if (!(e == e)) return INFINITY;
+        m = e > m ? e : m;
+        *nd += y[i] != ref[i];
+    }
+    return m;
+}
+
+/* The bf16 compute mode (gp_cu_set_bf16) against the CPU backend's bf16 mode, op by op, on bf16 inputs: the same
+ * roundings, so results agree except where float32 sums in another order (or cosf/expf on the device) land on the
+ * other side of a bf16 rounding: at most one bf16 step, on a small share of the elements (printed). */
+TEST(cuda_ops_bf16_mode_matches_the_cpu_bf16_mode) {
+    gp_cu *d = dev();
+    if (!d) return;
+    gp_backend_params bp = {1};
+    gp_backend *be = NULL;
+    gp_ws *ws = NULL;
+    gp_ws_params wp = {.n_threads = 1, .max_tokens = 64, .max_keys = 4096, .head_dim = 256, .compute = GP_COMPUTE_BF16,
+                       .max_cols = 4104};
+    REQUIRE(gp_backend_cpu_init(&bp, &be) == GP_OK && be->ops->ws_init(be, &wp, &ws) == GP_OK);
+    const gp_backend_ops *B = be->ops;
+    gp_cu_set_bf16(d, 1);
+    size_t nd = 0, total = 0;
+    int not_bf16 = 0;
+    double worst = 0;
+    const int32_t N = 9;
+    const int64_t shapes[][2] = {{37, 40}, {64, 2048}, {129, 1000}, {8, 4104}};
+    for (int si = 0; si < 4; si++) { /* linear with and without bias, and the residual form */
+        const int64_t R = shapes[si][0], K = shapes[si][1];
+        /* bf16 weights, and one float16 checkpoint (its weights read as bf16, as transformers loads them) */
+        gp_wt w = host_wt(si == 2 ? GP_DTYPE_F16 : GP_DTYPE_BF16, R, K, 7 + si), b = host_wt(GP_DTYPE_BF16, 1, R, 99 + si);
+        float *x = rand_f32((size_t)N * K, 3 + si, 2.0f), *ref = malloc((size_t)N * R * 4);
+        float *res = rand_f32((size_t)N * R, 5 + si, 4.0f), *rref = malloc((size_t)N * R * 4);
+        to_bf16(x, (size_t)N * K), to_bf16(res, (size_t)N * R);
+        gp_linear L = {w, si & 1 ? b : gp_wt_dense(GP_WFMT_F32, NULL, 1, R), NULL, 0};
+        B->linear(ws, ref, x, &L, N);
+        memcpy(rref, res, (size_t)N * R * 4);
+        B->add(ws, rref, ref, (int64_t)N * R);
+        gp_cu_wt dw = dev_wt(d, &w), db = dev_wt(d, &b), none = {NULL, 0, 0, 0};
+        float *dx = up(d, x, (size_t)N * K * 4), *dr = up(d, res, (size_t)N * R * 4), *dy = NULL;
+        gp_cu_alloc(d, (void **)&dy, (size_t)N * R * 4);
+        for (int n = 1; n <= N; n += N - 1) { /* one token (decode kernel) and the chunk (prefill tiles) */
+            CHECK_EQ_INT(gp_cu_matmul(d, dy, dx, &dw, si & 1 ? &db : &none, n), 0);
+            float *y = down(d, dy, (size_t)n * R);
+            const double e = bf16_cmp(y, ref, (size_t)n * R, &nd, &not_bf16);
+            worst = e > worst ? e : worst, total += (size_t)n * R;
+            free(y);
+        }
+        CHECK_EQ_INT(gp_cu_matmul_add(d, dr, dx, &dw, si & 1 ? &db : &none, N), 0);
+        float *y = down(d, dr, (size_t)N * R);
+        const double e = bf16_cmp(y, rref, (size_t)N * R, &nd, &not_bf16);
+        worst = e > worst ? e : worst, total += (size_t)N * R;
+        free(y); free(x); free(ref); free(res); free(rref); free((void *)w.data); free((void *)b.data);
+        gp_cu_release(d, (void *)dw.data); gp_cu_release(d, (void *)db.data);
+        gp_cu_release(d, dx); gp_cu_release(d, dr); gp_cu_release(d, dy);
+    }
+    for (int po = 0; po < 2; po++) { /* RMSNorm, both weight conventions */
+        const int32_t D = 2048;
+        gp_wt w = host_wt(GP_DTYPE_BF16, 1, D, 5 + po);
+        float *x = rand_f32((size_t)N * D, 11 + po, 4.0f), *ref = malloc((size_t)N * D * 4);
+        to_bf16(x, (size_t)N * D);
+        B->rmsnorm(ws, ref, x, &w, N, D, 1e-6f, po);
+        gp_cu_wt dw = dev_wt(d, &w);
+        float *dx = up(d, x, (size_t)N * D * 4);
+        CHECK_EQ_INT(gp_cu_rmsnorm(d, dx, dx, &dw, N, D, 1e-6f, po), 0);
+        float *y = down(d, dx, (size_t)N * D);
+        const double e = bf16_cmp(y, ref, (size_t)N * D, &nd, &not_bf16);
+        worst = e > worst ? e : worst, total += (size_t)N * D;
+        free(y); free(x); free(ref); free((void *)w.data);
+        gp_cu_release(d, (void *)dw.data); gp_cu_release(d, dx);
+    }
+    { /* rope at a large position, embed (scaled), glu, add, softcap */
+        const int32_t heads = 3, hd = 64, pos0 = 4093;
+        float inv[32];
+        for (int i = 0; i < 32; i++) inv[i] = powf(500000.0f, -(float)(2 * i) / hd);
+        const size_t nr = (size_t)N * heads * hd;
+        float *x = rand_f32(nr, 21, 2.0f), *ref = malloc(nr * 4);
+        to_bf16(x, nr);
+        memcpy(ref, x, nr * 4);
+        B->rope(ws, ref, N, heads, hd, pos0, inv);
+        float *dx = up(d, x, nr * 4), *dinv = up(d, inv, sizeof inv);
+        int32_t *dpos = up(d, &pos0, 4);
+        CHECK_EQ_INT(gp_cu_rope(d, dx, N, heads, hd, dpos, dinv), 0);
+        float *y = down(d, dx, nr);
+        double e = bf16_cmp(y, ref, nr, &nd, &not_bf16);
+        worst = e > worst ? e : worst, total += nr;
+        free(y); free(x); free(ref);
+        gp_cu_release(d, dx); gp_cu_release(d, dinv); gp_cu_release(d, dpos);
+        gp_wt tab = host_wt(GP_DTYPE_BF16, 50, 36, 8);
+        int32_t ids[5] = {3, 49, 0, 3, 17};
+        float *er = malloc(5 * 36 * 4), *dy = NULL;
+        B->embed(ws, er, ids, 5, &tab, 45.2548f);
+        gp_cu_wt dtab = dev_wt(d, &tab);
+        int32_t *dids = up(d, ids, sizeof ids);
+        gp_cu_alloc(d, (void **)&dy, 5 * 36 * 4);
+        CHECK_EQ_INT(gp_cu_embed(d, dy, dids, 5, &dtab, 45.2548f), 0);
+        y = down(d, dy, 5 * 36);
+        CHECK(memcmp(y, er, 5 * 36 * 4) == 0); /* a widening and one rounded product: exact */
+        free(y); free(er); free((void *)tab.data);
+        gp_cu_release(d, (void *)dtab.data); gp_cu_release(d, dids); gp_cu_release(d, dy);
+        const int64_t E = 10007;
+        for (int op = 0; op < 4; op++) { /* glu silu, glu gelu, add, softcap */
+            float *g = rand_f32((size_t)E, 30 + op, 8.0f), *u = rand_f32((size_t)E, 40 + op, 2.0f);
+            to_bf16(g, (size_t)E), to_bf16(u, (size_t)E);
+            float *gr = malloc((size_t)E * 4);
+            memcpy(gr, g, (size_t)E * 4);
+            float *dg = up(d, g, (size_t)E * 4), *du = up(d, u, (size_t)E * 4);
+            if (op < 2) {
+                B->glu(ws, gr, u, E, op ? GP_ACT_GELU_TANH : GP_ACT_SILU);
+                CHECK_EQ_INT(gp_cu_glu(d, dg, du, E, op ? GP_CU_ACT_GELU_TANH : GP_CU_ACT_SILU), 0);
+            } else if (op == 2) {
+                B->add(ws, gr, u, E);
+                CHECK_EQ_INT(gp_cu_add(d, dg, du, E), 0);
+            } else {
+                B->softcap(ws, gr, E, 3.0f);
+                CHECK_EQ_INT(gp_cu_softcap(d, dg, E, 3.0f), 0);
+            }
+            y = down(d, dg, (size_t)E);
+            e = bf16_cmp(y, gr, (size_t)E, &nd, &not_bf16);
+            worst = e > worst ? e : worst, total += (size_t)E;
+            free(y); free(g); free(u); free(gr);
+            gp_cu_release(d, dg); gp_cu_release(d, du);
+        }
+    }
+    gp_cu_set_bf16(d, 0);
+    NOTE("bf16 mode vs the CPU's bf16 mode: %zu of %zu elements differ (%.3f%%, tol 2%%), max rel err %.3g (tol 2^-7 = "
+         "%.3g), %d results not bf16 values (want 0)", nd, total, 100.0 * nd / total, worst, ldexp(1, -7), not_bf16);
+    CHECK(not_bf16 == 0);
+    CHECK(worst <= ldexp(1, -7));
+    CHECK(nd * 50 <= total);
+    B->ws_free(ws);
+    gp_backend_free(be);
+}
 #endif

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/cuda_ops.h"
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -37,12 +38,20 @@ static inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
     cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
 }
 
-/* act(g) * u: SiLU or the tanh approximation of GELU */
-__device__ __forceinline__ float glu_val(float x, float u, int act) {
-    if (act == GP_CU_ACT_SILU) return x / (1.0f + expf(-x)) * u;
+/* x rounded to the nearest bfloat16 (ties to even), as a float: what a torch bf16 tensor holds (the bf16 mode). */
+__device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+/* act(x): SiLU or the tanh approximation of GELU */
+__device__ __forceinline__ float act_val(float x, int act) {
+    if (act == GP_CU_ACT_SILU) return x / (1.0f + expf(-x));
     const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
     const float inner = beta * (x + kappa * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(inner)) * u;
+    return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+/* act(g) * u; bf16 mode: act(g) rounded, then the product rounded (as the CPU op) */
+__device__ __forceinline__ float glu_val(float x, float u, int act, int bf = 0) {
+    return bf ? bf16r(bf16r(act_val(x, act)) * u) : act_val(x, act) * u;
 }
 
 /* Element i of a vector or matrix stored in dtype dt (GP_CU_*), widened to float32. */
@@ -77,15 +86,18 @@ __host__ __device__ __forceinline__ int rms_threads(int32_t dim) {
 
 /* 1 / sqrt(mean(x^2) + eps) of x [dim] for the whole block, whose blockDim.x must be rms_threads(dim): thread i
  * sums elements i, i + blockDim.x, ..., then block_sum (one fixed order, RMSNorm's everywhere it is fused). */
-__device__ __forceinline__ float rms_inv(const float *x, int32_t dim, float eps, float *sh) {
+__device__ __forceinline__ float rms_inv(const float *x, int32_t dim, float eps, float *sh, int bf = 0) {
     float ss = 0.0f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += x[i] * x[i];
     ss = block_sum(ss, sh);
-    return 1.0f / sqrtf(ss / (float)dim + eps);
+    /* bf16 mode: torch's CUDA expression, mean as sum * (1 / dim), then rsqrt */
+    return bf ? rsqrtf(ss * (1.0f / (float)dim) + eps) : 1.0f / sqrtf(ss / (float)dim + eps);
 }
 
-/* RMSNorm's output element: v * inv scaled by g (or by 1 + g, Gemma). */
-__device__ __forceinline__ float rms_val(float v, float inv, float g, int plus_one) {
+/* RMSNorm's output element: v * inv scaled by g (or by 1 + g, Gemma); bf16 mode as the CPU op: Llama/Qwen round
+ * v * inv, then multiply by the bf16 weight and round; Gemma multiplies by (1 + w) in float32 and rounds. */
+__device__ __forceinline__ float rms_val(float v, float inv, float g, int plus_one, int bf = 0) {
+    if (bf) return plus_one ? bf16r((v * inv) * (1.0f + bf16r(g))) : bf16r(bf16r(g) * bf16r(v * inv));
     return plus_one ? (v * inv) * (1.0f + g) : g * (v * inv);
 }
 

@@ -14,6 +14,29 @@
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
 extern "C" cublasHandle_t gp_cu_blas(gp_cu *d);
+extern "C" int gp_cu_bf16(gp_cu *d);
+
+/* mode bits of the kernels: MODE_ACC adds the result to y (the residual add, one rounding as a separate add);
+ * MODE_BF16 rounds as the bf16 mode's linear: the sum + bf16(bias), rounded (and the residual sum rounded) */
+enum { MODE_ACC = 1, MODE_BF16 = 2 };
+
+/* bf16 mode, float32/float16 weights: transformers loads them as bf16, so each weight is rounded (compiled out for
+ * bf16 weights and never taken in the float32 mode). */
+template <int DT, int E>
+__device__ __forceinline__ void wt_mode(float *f, int bf) {
+    if (DT != GP_CU_BF16 && bf)
+#pragma unroll
+        for (int e = 0; e < E; e++) f[e] = bf16r(f[e]);
+}
+
+/* The output of one product s (+ bias b) stored at o under mode. */
+__device__ __forceinline__ float mm_val(float s, bool has_b, float b, int mode) {
+    if (mode & MODE_BF16) return bf16r(has_b ? s + bf16r(b) : s);
+    return has_b ? s + b : s;
+}
+__device__ __forceinline__ void mm_store(float *o, float v, int mode) {
+    *o = !(mode & MODE_ACC) ? v : (mode & MODE_BF16) ? bf16r(*o + v) : *o + v;
+}
 
 #define WARPS_PER_BLOCK 8
 #define TOK_TILE 8
@@ -62,7 +85,7 @@ template <> struct vec_traits<GP_CU_F16> {
 template <int DT, int T, bool VEC, bool GLU>
 __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__restrict__ W, int64_t r,
                                         const float *__restrict__ x, int64_t cols, int32_t t0, int nt, int lane,
-                                        int act) {
+                                        int act, int bf) {
     typedef vec_traits<DT> V;
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t] = 0.0f;
@@ -82,6 +105,7 @@ __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__r
                 if (v >= nv) break;
                 float wf[V::E];
                 V::widen(wv[u], wf);
+                wt_mode<DT, V::E>(wf, bf);
 #pragma unroll
                 for (int t = 0; t < T; t++) {
                     if (t < nt) {
@@ -91,10 +115,10 @@ __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__r
                             float4 a = __ldg(xv + q);
                             if (GLU) {
                                 const float4 u = __ldg((const float4 *)((const float *)xv + cols) + q);
-                                a.x = glu_val(a.x, u.x, act);
-                                a.y = glu_val(a.y, u.y, act);
-                                a.z = glu_val(a.z, u.z, act);
-                                a.w = glu_val(a.w, u.w, act);
+                                a.x = glu_val(a.x, u.x, act, bf);
+                                a.y = glu_val(a.y, u.y, act, bf);
+                                a.z = glu_val(a.z, u.z, act, bf);
+                                a.w = glu_val(a.w, u.w, act, bf);
                             }
                             acc[t] = fmaf(wf[4 * q], a.x, acc[t]);
                             acc[t] = fmaf(wf[4 * q + 1], a.y, acc[t]);
@@ -107,12 +131,13 @@ __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__r
         }
     } else {
         for (int64_t k = lane; k < cols; k += 32) {
-            const float wk = V::one(W, r * cols + k);
+            float wk = V::one(W, r * cols + k);
+            wt_mode<DT, 1>(&wk, bf);
 #pragma unroll
             for (int t = 0; t < T; t++)
                 if (t < nt) {
                     const float *xr = x + (size_t)(t0 + t) * cols * (GLU ? 2 : 1);
-                    acc[t] = fmaf(wk, GLU ? glu_val(xr[k], xr[cols + k], act) : xr[k], acc[t]);
+                    acc[t] = fmaf(wk, GLU ? glu_val(xr[k], xr[cols + k], act, bf) : xr[k], acc[t]);
                 }
         }
     }
@@ -127,29 +152,25 @@ __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__r
 template <int DT, int T, bool VEC, bool GLU, bool GLUO = false>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     matmul_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
-                  int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int accum, int act) {
+                  int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode, int act) {
     pdl_enter();
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, bf = (mode & MODE_BF16) != 0;
     const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
     if (r >= rows) return;
     const int32_t t0 = blockIdx.y * T;
     const int nt = n - t0 < T ? n - t0 : T;
     float acc[T], acc2[GLUO ? T : 1];
-    row_dot<DT, T, VEC, GLU>(acc, W, r, x, cols, t0, nt, lane, act);
-    if (GLUO) row_dot<DT, T, VEC, GLU>(acc2, W, r + rows, x, cols, t0, nt, lane, act);
+    row_dot<DT, T, VEC, GLU>(acc, W, r, x, cols, t0, nt, lane, act, bf);
+    if (GLUO) row_dot<DT, T, VEC, GLU>(acc2, W, r + rows, x, cols, t0, nt, lane, act, bf);
     const float b = bias ? wt_at(bias, bias_dt, r) : 0.0f;
 #pragma unroll
     for (int t = 0; t < T; t++) {
-        const float s = warp_sum(acc[t]);
-        float v = bias ? s + b : s;
+        float v = mm_val(warp_sum(acc[t]), bias != NULL, b, mode);
         if (GLUO) {
-            const float s2 = warp_sum(acc2[t]);
-            v = glu_val(v, bias ? s2 + wt_at(bias, bias_dt, r + rows) : s2, act);
+            const float u = mm_val(warp_sum(acc2[t]), bias != NULL, bias ? wt_at(bias, bias_dt, r + rows) : 0.0f, mode);
+            v = glu_val(v, u, act, bf);
         }
-        if (lane == 0 && t < nt) {
-            float *o = y + (size_t)(t0 + t) * rows + r;
-            *o = accum ? *o + v : v; /* accum: the residual add, the same rounding as a separate add */
-        }
+        if (lane == 0 && t < nt) mm_store(y + (size_t)(t0 + t) * rows + r, v, mode);
     }
 }
 
@@ -159,7 +180,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
 template <int DT, int T, int ROWS>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     matmul_rows_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
-                       int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int accum) {
+                       int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode) {
     pdl_enter();
     typedef vec_traits<DT> V;
     enum { UNR = 2 };
@@ -192,7 +213,10 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
             if (v >= nv) break;
             float wf[ROWS][V::E];
 #pragma unroll
-            for (int i = 0; i < ROWS; i++) V::widen(wv[i][u], wf[i]);
+            for (int i = 0; i < ROWS; i++) {
+                V::widen(wv[i][u], wf[i]);
+                wt_mode<DT, V::E>(wf[i], (mode & MODE_BF16) != 0);
+            }
 #pragma unroll
             for (int t = 0; t < T; t++) {
                 if (t >= nt) continue;
@@ -218,11 +242,8 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
 #pragma unroll
         for (int t = 0; t < T; t++) {
             const float sum = warp_sum(acc[i][t]);
-            if (lane == 0 && t < nt && r < rows) {
-                const float v = bias ? sum + b : sum;
-                float *o = y + (size_t)(t0 + t) * rows + r;
-                *o = accum ? *o + v : v;
-            }
+            if (lane == 0 && t < nt && r < rows)
+                mm_store(y + (size_t)(t0 + t) * rows + r, mm_val(sum, bias != NULL, b, mode), mode);
         }
     }
 }
@@ -264,11 +285,11 @@ static void launch_t(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w
 /* One token through the stacked gate|up rows W [2 rows, cols], the GLU applied to the pair (matmul_kernel's GLUO). */
 template <int DT>
 static void launch_gluo(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, bool vec,
-                        int act) {
+                        int act, int mode) {
     const int64_t rows = w->rows / 2;
     const dim3 grid((unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), blk(WARPS_PER_BLOCK * 32);
     auto k = vec ? matmul_kernel<DT, 1, true, false, true> : matmul_kernel<DT, 1, false, false, true>;
-    launch(k, grid, blk, 0, s, y, x, w->data, rows, w->cols, b, bdt, 1, 0, act);
+    launch(k, grid, blk, 0, s, y, x, w->data, rows, w->cols, b, bdt, 1, mode, act);
 }
 
 /* The 16-byte path applies: whole vectors per row, rows and x 16-byte aligned. */
@@ -286,6 +307,7 @@ static int matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const g
     const void *b = bias && bias->data ? bias->data : NULL;
     const int bdt = b ? bias->dtype : 0;
     cudaStream_t s = gp_cu_stream(d);
+    acc = (acc ? MODE_ACC : 0) | (gp_cu_bf16(d) ? MODE_BF16 : 0);
     if (n == 1) launch_t<1>(s, y, x, w, b, bdt, n, vec, acc, act);
     else if (vec && act < 0) { /* prefill: PREFILL_ROWS rows per warp */
         if (w->dtype == GP_CU_F32) launch_rows<GP_CU_F32>(s, y, x, w, b, bdt, n, acc);
@@ -303,9 +325,10 @@ extern "C" int gp_cu_matmul_gluo(gp_cu *d, float *y, const float *x, const gp_cu
     const void *b = bias && bias->data ? bias->data : NULL;
     const int bdt = b ? bias->dtype : 0;
     cudaStream_t s = gp_cu_stream(d);
-    if (w->dtype == GP_CU_F32) launch_gluo<GP_CU_F32>(s, y, x, w, b, bdt, vec, act);
-    else if (w->dtype == GP_CU_BF16) launch_gluo<GP_CU_BF16>(s, y, x, w, b, bdt, vec, act);
-    else launch_gluo<GP_CU_F16>(s, y, x, w, b, bdt, vec, act);
+    const int mode = gp_cu_bf16(d) ? MODE_BF16 : 0;
+    if (w->dtype == GP_CU_F32) launch_gluo<GP_CU_F32>(s, y, x, w, b, bdt, vec, act, mode);
+    else if (w->dtype == GP_CU_BF16) launch_gluo<GP_CU_BF16>(s, y, x, w, b, bdt, vec, act, mode);
+    else launch_gluo<GP_CU_F16>(s, y, x, w, b, bdt, vec, act, mode);
     return (int)cudaGetLastError();
 }
 

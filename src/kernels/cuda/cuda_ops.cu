@@ -10,6 +10,7 @@
 #include <math.h>
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
+extern "C" int gp_cu_bf16(gp_cu *d);
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -34,41 +35,50 @@ static inline int grid_for(int64_t n, int threads) {
 }
 
 /* ---- RMSNorm: block per row ---- */
-__global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, int32_t dim, float eps, int plus_one) {
+__global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, int32_t dim, float eps, int plus_one,
+                               int bf) {
     pdl_enter();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
-    const float inv = rms_inv(xr, dim, eps, sh);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = rms_val(xr[i], inv, wt_at(w, dt, i), plus_one);
+    const float inv = rms_inv(xr, dim, eps, sh, bf);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = rms_val(xr[i], inv, wt_at(w, dt, i), plus_one, bf);
 }
 
 extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, int32_t n, int32_t dim, float eps,
                              int plus_one) {
     if (n <= 0) return 0;
-    launch(rmsnorm_kernel, n, rms_threads(dim), 0, gp_cu_stream(d), y, x, w->data, w->dtype, dim, eps, plus_one);
+    launch(rmsnorm_kernel, n, rms_threads(dim), 0, gp_cu_stream(d), y, x, w->data, w->dtype, dim, eps, plus_one,
+           gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
 /* ---- rope: block per (token, head), thread per rotated pair ---- */
 /* Rotates the pair (v[i], v[i + half]) of a head at position p; returns the new values in *a, *b too. */
+/* bf16 mode as the CPU op: cos/sin cast to bf16, each product and the sum rounded. */
 __device__ __forceinline__ void rotate_pair(float *v, int i, int half, float p, const float *inv_freq, float *a,
-                                            float *b) {
-    const float ang = p * inv_freq[i], c = cosf(ang), s = sinf(ang);
-    const float x1 = v[i], x2 = v[i + half];
-    *a = x1 * c - x2 * s;
-    *b = x2 * c + x1 * s;
+                                            float *b, int bf) {
+    const float ang = p * inv_freq[i], x1 = v[i], x2 = v[i + half];
+    float c = cosf(ang), s = sinf(ang);
+    if (bf) {
+        c = bf16r(c), s = bf16r(s);
+        *a = bf16r(bf16r(x1 * c) - bf16r(x2 * s));
+        *b = bf16r(bf16r(x2 * c) + bf16r(x1 * s));
+    } else {
+        *a = x1 * c - x2 * s;
+        *b = x2 * c + x1 * s;
+    }
     v[i] = *a;
     v[i + half] = *b;
 }
 
-__global__ void rope_kernel(float *x, int32_t heads, int32_t hd, const int32_t *pos0, const float *inv_freq) {
+__global__ void rope_kernel(float *x, int32_t heads, int32_t hd, const int32_t *pos0, const float *inv_freq, int bf) {
     pdl_enter();
     const int32_t t = blockIdx.x / heads, half = hd / 2;
     float *v = x + (size_t)blockIdx.x * hd;
     const float p = (float)(*pos0 + t);
     float a, b;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) rotate_pair(v, i, half, p, inv_freq, &a, &b);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) rotate_pair(v, i, half, p, inv_freq, &a, &b, bf);
 }
 
 __device__ __forceinline__ int32_t kv_slot(int32_t j, int32_t cap, int32_t keep) {
@@ -78,22 +88,23 @@ __device__ __forceinline__ int32_t kv_slot(int32_t j, int32_t cap, int32_t keep)
 /* Block per head of q|k [nh + nkv, hd] (one token): RMS-normalized per head first when qn/kn are given (Qwen3's
  * q_norm/k_norm, gp_cu_rmsnorm's bits), then rotated; k heads and their v heads also go to the cache. */
 __global__ void rope_store_kernel(float *qk, int32_t nh, int32_t hd, const int32_t *pos0, const float *inv_freq,
-                                  const float *v, gp_cu_kv c, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one) {
+                                  const float *v, gp_cu_kv c, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one,
+                                  int bf) {
     pdl_enter();
     __shared__ float sh[32];
     const int32_t h = blockIdx.x, half = hd / 2, j = *pos0;
     float *x = qk + (size_t)h * hd;
     const gp_cu_wt *g = h < nh ? &qn : &kn;
     if (g->data) {
-        const float inv = rms_inv(x, hd, eps, sh);
+        const float inv = rms_inv(x, hd, eps, sh, bf);
         for (int i = threadIdx.x; i < hd; i += blockDim.x)
-            x[i] = rms_val(x[i], inv, wt_at(g->data, g->dtype, i), plus_one);
+            x[i] = rms_val(x[i], inv, wt_at(g->data, g->dtype, i), plus_one, bf);
         __syncthreads();
     }
     float a, b;
     const size_t o = (size_t)kv_slot(j, c.cap, c.keep) * c.kvd + (size_t)(h - nh) * hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        rotate_pair(x, i, half, (float)j, inv_freq, &a, &b);
+        rotate_pair(x, i, half, (float)j, inv_freq, &a, &b, bf);
         if (h >= nh) {
             c.k[o + i] = a;
             c.k[o + i + half] = b;
@@ -112,7 +123,7 @@ extern "C" int gp_cu_rope_store(gp_cu *d, float *qk, int32_t nh, int32_t nkv, in
     /* with the norms: RMSNorm's own thread count, which rms_inv's summation order assumes */
     const int threads = normed ? rms_threads(hd) : hd / 2 >= 64 ? 64 : 32;
     launch(rope_store_kernel, nh + nkv, threads, 0, gp_cu_stream(d), qk, nh, hd, pos0, inv_freq, v, *c,
-           normed ? *qn : none, normed ? *kn : none, eps, plus_one);
+           normed ? *qn : none, normed ? *kn : none, eps, plus_one, gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
@@ -120,49 +131,55 @@ extern "C" int gp_cu_rope(gp_cu *d, float *x, int32_t n, int32_t heads, int32_t 
                           const float *inv_freq) {
     if (n <= 0 || heads <= 0 || hd < 2) return 0;
     const int threads = hd / 2 >= 64 ? 64 : 32;
-    launch(rope_kernel, n * heads, threads, 0, gp_cu_stream(d), x, heads, hd, pos0, inv_freq);
+    launch(rope_kernel, n * heads, threads, 0, gp_cu_stream(d), x, heads, hd, pos0, inv_freq, gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
 /* ---- embedding ---- */
-__global__ void embed_kernel(float *y, const int32_t *ids, const void *table, int dt, int64_t cols, float scale) {
+/* bf16 mode as the CPU op: the row and the scale (Gemma's normalizer, a bf16 tensor) as bf16, the product rounded */
+__global__ void embed_kernel(float *y, const int32_t *ids, const void *table, int dt, int64_t cols, float scale,
+                             int bf) {
     pdl_enter();
     const int64_t row = ids[blockIdx.x];
     float *yr = y + (size_t)blockIdx.x * cols;
+    if (bf) scale = bf16r(scale);
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
         float v = wt_at(table, dt, row * cols + i);
-        yr[i] = scale != 1.0f ? v * scale : v;
+        if (bf) v = bf16r(v);
+        v = scale != 1.0f ? v * scale : v;
+        yr[i] = bf ? bf16r(v) : v;
     }
 }
 
 extern "C" int gp_cu_embed(gp_cu *d, float *y, const int32_t *ids, int32_t n, const gp_cu_wt *table, float scale) {
     if (n <= 0) return 0;
-    launch(embed_kernel, n, 256, 0, gp_cu_stream(d), y, ids, table->data, table->dtype, table->cols, scale);
+    launch(embed_kernel, n, 256, 0, gp_cu_stream(d), y, ids, table->data, table->dtype, table->cols, scale,
+           gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
 /* ---- element-wise ---- */
-__global__ void glu_kernel(float *g, const float *u, int64_t n, int act) {
+__global__ void glu_kernel(float *g, const float *u, int64_t n, int act, int bf) {
     pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        g[i] = glu_val(g[i], u[i], act);
+        g[i] = glu_val(g[i], u[i], act, bf);
 }
 
 extern "C" int gp_cu_glu(gp_cu *d, float *gate, const float *up, int64_t n, int32_t act) {
     if (n <= 0) return 0;
-    launch(glu_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), gate, up, n, act);
+    launch(glu_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), gate, up, n, act, gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
-__global__ void add_kernel(float *y, const float *x, int64_t n) {
+__global__ void add_kernel(float *y, const float *x, int64_t n, int bf) {
     pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] += x[i];
+        y[i] = bf ? bf16r(y[i] + x[i]) : y[i] + x[i];
 }
 
 extern "C" int gp_cu_add(gp_cu *d, float *y, const float *x, int64_t n) {
     if (n <= 0) return 0;
-    launch(add_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), y, x, n);
+    launch(add_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), y, x, n, gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
@@ -179,15 +196,15 @@ extern "C" int gp_cu_add_rows(gp_cu *d, float *y, const float *v, float alpha, i
     return (int)cudaGetLastError();
 }
 
-__global__ void softcap_kernel(float *x, int64_t n, float cap) {
+__global__ void softcap_kernel(float *x, int64_t n, float cap, int bf) {
     pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = tanhf(x[i] / cap) * cap;
+        x[i] = bf ? bf16r(bf16r(tanhf(bf16r(x[i] / cap))) * cap) : tanhf(x[i] / cap) * cap;
 }
 
 extern "C" int gp_cu_softcap(gp_cu *d, float *x, int64_t n, float cap) {
     if (n <= 0) return 0;
-    launch(softcap_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), x, n, cap);
+    launch(softcap_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), x, n, cap, gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
@@ -233,7 +250,14 @@ __device__ __forceinline__ const float *kv_row(const gp_cu_attn &a, const gp_cu_
  * Output: G = blockDim / hd groups of hd threads; group g sums keys g, g+G, ... (visible keys only: the others
  * have p = 0 and their rows, always finite, add exactly 0), then the groups' sums are added in order g = 0..G-1.
  * Every order is fixed by the call's shapes alone, so the bits do not depend on scheduling or chunking. */
-__global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, gp_cu_kv c) {
+/* 2^x as the GPU's ex2.approx.ftz (what flash attention's softmax evaluates) */
+__device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, gp_cu_kv c, int bf) {
     pdl_enter();
     extern __shared__ float sm[]; /* q [hd], scores [SPLIT], reduce [32], group sums [ATT_THREADS] */
     float *qs = sm, *sc = sm + a.head_dim, *red = sc + GP_CU_ATTN_SPLIT, *gs = red + 32;
@@ -243,6 +267,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, g
     const int32_t pin = lo > c.keep ? c.keep : lo;
     const int32_t j0 = s * GP_CU_ATTN_SPLIT;
     if (j0 > p) return; /* past the query: the combine never reads this split */
+    /* bf16 mode without soft-capping: sdpa's flash softmax, p = 2^(score * scale * log2 e - max * scale * log2 e) */
+    const bool flash = bf && a.softcap <= 0;
+    const float sl2 = a.scale * 1.4426950408889634f;
     float *part = a.part + (((size_t)t * a.n_heads + h) * a.n_splits + s) * (hd + 2);
     const float *q = a.q + ((size_t)t * a.n_heads + h) * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[i];
@@ -274,7 +301,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, g
         if (r8 == 0) {
             float sv = -INFINITY;
             if (vis) {
-                sv = dot * a.scale;
+                sv = flash ? dot : dot * a.scale; /* flash: the raw score, scaled inside the exponent */
                 if (a.softcap > 0) sv = tanhf(sv / a.softcap) * a.softcap;
             }
             sc[i] = sv;
@@ -289,9 +316,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, g
         return;
     }
     float l = 0.0f;
+    const float msl2 = m * sl2;
     for (int i = threadIdx.x; i < GP_CU_ATTN_SPLIT; i += blockDim.x) {
-        const float e = sc[i] == -INFINITY ? 0.0f : expf(sc[i] - m);
-        sc[i] = e;
+        const float e = sc[i] == -INFINITY ? 0.0f : flash ? ex2_approx(fmaf(sc[i], sl2, -msl2)) : expf(sc[i] - m);
+        sc[i] = bf ? bf16r(e) : e; /* bf16 mode (sdpa): p rounded for p·v, the sum of the float32 values */
         l += e;
     }
     l = block_sum(l, red); /* ends with barriers: sc[] complete */
@@ -318,13 +346,13 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, g
         }
     }
     if (threadIdx.x == 0) {
-        part[0] = m;
+        part[0] = flash ? m * a.scale : m; /* the combine works on scaled maxima */
         part[1] = l;
     }
 }
 
 /* Block per (query, head): combines the splits in order. */
-__global__ void attn_combine_kernel(gp_cu_attn a) {
+__global__ void attn_combine_kernel(gp_cu_attn a, int bf) {
     pdl_enter();
     const int32_t th = blockIdx.x, t = th / a.n_heads, hd = a.head_dim;
     const int32_t p = *a.pos0 + a.t_off + t, ns = p / GP_CU_ATTN_SPLIT + 1;
@@ -343,7 +371,7 @@ __global__ void attn_combine_kernel(gp_cu_attn a) {
             const float ms = part[(size_t)s * (hd + 2)];
             if (ms != -INFINITY) acc += part[(size_t)s * (hd + 2) + 2 + e] * expf(ms - M);
         }
-        o[e] = acc / L;
+        o[e] = bf ? bf16r(acc / L) : acc / L;
     }
 }
 
@@ -352,7 +380,8 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
     cudaStream_t s = gp_cu_stream(d);
     const size_t sh = (size_t)(a->head_dim + GP_CU_ATTN_SPLIT + 32 + ATT_THREADS) * sizeof(float);
     dim3 grid((unsigned)a->n_splits, (unsigned)a->n_heads, (unsigned)a->n);
-    launch(attn_split_kernel, grid, ATT_THREADS, sh, s, *a, *a->cache);
-    launch(attn_combine_kernel, a->n * a->n_heads, 64, 0, s, *a);
+    const int bf = gp_cu_bf16(d);
+    launch(attn_split_kernel, grid, ATT_THREADS, sh, s, *a, *a->cache, bf);
+    launch(attn_combine_kernel, a->n * a->n_heads, 64, 0, s, *a, bf);
     return (int)cudaGetLastError();
 }

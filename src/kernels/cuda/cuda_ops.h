@@ -50,6 +50,14 @@ int gp_cu_h2d(gp_cu *d, void *dst, const void *src, size_t bytes);
 int gp_cu_d2h(gp_cu *d, void *dst, const void *src, size_t bytes);
 /* Host-to-device copy enqueued on the stream (src must stay valid until the stream reaches it). */
 int gp_cu_h2d_async(gp_cu *d, void *dst, const void *src, size_t bytes);
+/* The bf16 compute mode of the ops enqueued through d from now on (GP_COMPUTE_BF16): each op rounds its outputs to
+ * bfloat16 where transformers' bf16 forward does (the CPU backend's bf16 mode, op for op), except attention, which
+ * follows sdpa's numerics on the GPU (float32 scores and softmax, the probabilities rounded to bf16 before p·v,
+ * the output rounded).  float32/float16 weights are rounded to bf16 as they are read, as transformers loads them in
+ * bf16.  on = 0: float32. */
+void gp_cu_set_bf16(gp_cu *d, int on);
+int gp_cu_bf16(gp_cu *d);
+
 /* Waits for the stream; returns the first error of the work enqueued. */
 int gp_cu_sync(gp_cu *d);
 

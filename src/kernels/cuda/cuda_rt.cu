@@ -11,9 +11,12 @@ struct gp_cu {
     int dev;
     cudaStream_t s;
     cublasHandle_t blas;
+    int bf16; /* gp_cu_set_bf16 */
 };
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d) { return d->s; }
+extern "C" int gp_cu_bf16(gp_cu *d) { return d->bf16; }
+extern "C" void gp_cu_set_bf16(gp_cu *d, int on) { d->bf16 = on ? 1 : 0; }
 extern "C" cublasHandle_t gp_cu_blas(gp_cu *d) { return d->blas; }
 
 extern "C" const char *gp_cu_errstr(int e) {
