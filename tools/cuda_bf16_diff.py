@@ -60,7 +60,8 @@ def main():
         sys.exit("gp_ctx_eval: " + lib.gp_errmsg().decode())
     for i in range(L + 1):
         t = out.hidden_states[i][0].float().cpu().numpy()
-        print(f"hidden {i:2d}: {np.mean(t == hid[i]) * 100:6.2f}% bit-identical, max |diff| {np.abs(t - hid[i]).max():.4g}")
+        same, diff = np.mean(t == hid[i]) * 100, np.abs(t - hid[i]).max()
+        print(f"hidden {i:2d}: {same:6.2f}% bit-identical, max |diff| {diff:.4g}")
     t = out.logits[0, -1].float().cpu().numpy()
     print(f"last logits: {np.mean(t == logits) * 100:.2f}% identical, max |diff| {np.abs(t - logits).max():.4g}")
     with torch.no_grad():

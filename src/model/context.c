@@ -57,7 +57,6 @@ static gp_status alloc_activations(gp_ctx *x) {
     const gp_config *c = &x->m->cfg;
     const gp_ctx_params *p = &x->p;
     gp_backend *be = x->m->be;
-    const int32_t seen = p->max_kv_size > 0 ? p->max_kv_size : p->n_ctx;
     const gp_ws_params wp = gp_ctx_ws_params(x, x->ws_lora_rank);
     gp_status s = be->ops->ws_init(be, &wp, &x->ws);
     if (s) return s;
@@ -75,7 +74,7 @@ static gp_status alloc_activations(gp_ctx *x) {
                                 p->prefill_chunk, p->n_ctx);
         total += n;
     }
-    x->scratch_bytes = total + sizeof(float) * (uint64_t)x->ws->n_threads * ((uint64_t)seen + 2 * (uint64_t)c->head_dim);
+    x->scratch_bytes = total + sizeof(float) * (uint64_t)x->ws->n_threads * ((uint64_t)wp.max_keys + 2 * (uint64_t)c->head_dim);
     return GP_OK;
 }
 

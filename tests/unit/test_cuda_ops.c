@@ -504,7 +504,8 @@ TEST(cuda_ops_bf16_mode_matches_the_cpu_bf16_mode) {
     for (int si = 0; si < 4; si++) { /* linear with and without bias, and the residual form */
         const int64_t R = shapes[si][0], K = shapes[si][1];
         /* bf16 weights, and one float16 checkpoint (its weights read as bf16, as transformers loads them) */
-        gp_wt w = host_wt(si == 2 ? GP_DTYPE_F16 : GP_DTYPE_BF16, R, K, 7 + si), b = host_wt(GP_DTYPE_BF16, 1, R, 99 + si);
+        gp_wt w = host_wt(si == 2 ? GP_DTYPE_F16 : GP_DTYPE_BF16, R, K, 7 + si);
+        gp_wt b = host_wt(GP_DTYPE_BF16, 1, R, 99 + si);
         float *x = rand_f32((size_t)N * K, 3 + si, 2.0f), *ref = malloc((size_t)N * R * 4);
         float *res = rand_f32((size_t)N * R, 5 + si, 4.0f), *rref = malloc((size_t)N * R * 4);
         to_bf16(x, (size_t)N * K), to_bf16(res, (size_t)N * R);

@@ -18,7 +18,6 @@
 #include <immintrin.h>
 #include "kernels/cpu/avx512_reduce.h" /* reduce16 */
 
-
 /* vpermw indices: lane j of 32 bf16 = (low: element 16 + j, high: element j) */
 static inline __m512i lane_order(void) {
     return _mm512_set_epi16(15, 31, 14, 30, 13, 29, 12, 28, 11, 27, 10, 26, 9, 25, 8, 24, 7, 23, 6, 22, 5, 21, 4, 20,
@@ -37,8 +36,8 @@ static inline __m512bh ldxp(const uint16_t *p) { return (__m512bh)_mm512_loadu_s
 /* Packed row length: K rounded up to a block of 32. */
 static inline int64_t packed_cols(int64_t K) { return (K + 31) & ~(int64_t)31; }
 
-/* A register tile: rows w[0..R) × tokens x[0..T) (R, T <= 6) (bf16 rows of K), R*T accumulators, k in blocks of 32 then the
- * masked tail; y[j*ldy + i] = the reduced sum.  R and T are constants at each call, so the loops unroll. */
+/* A register tile: rows w[0..R) × tokens x[0..T) (R, T <= 6; bf16 rows of K), R*T accumulators, k in blocks of 32
+ * then the masked tail; y[j*ldy + i] = the reduced sum.  R and T are constants at each call, so the loops unroll. */
 static inline __attribute__((always_inline)) void tile(float *y, int64_t ldy, const uint16_t *w, int64_t K, int R,
                                                        const uint16_t *x, int64_t ldx, int T) {
     __m512 acc[6][6];
@@ -84,7 +83,7 @@ static inline __attribute__((always_inline)) void tile(float *y, int64_t ldy, co
  * Tiles of 6 rows × 4 tokens (4 × 6 and 8 × 3 measured 4% and 13% slower), then 6 × 1 and 1 × 4 / 1 × 1 for the
  * remainders; fewer than 4 tokens: 4 × 1.  The same bits for every element. */
 static void dpbf16_gemm(float *y, int64_t ldy, const gp_wt *w, int64_t r0, int64_t r1, const uint16_t *x,
-                           int32_t n) {
+                        int32_t n) {
     const uint16_t *W = w->data;
     const int64_t K = w->cols, P = packed_cols(K);
     if (n < 4) { /* decode: 4 weight rows streamed at a time (6 measured 3.5% slower) */

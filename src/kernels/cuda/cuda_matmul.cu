@@ -14,7 +14,6 @@
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
 extern "C" cublasHandle_t gp_cu_blas(gp_cu *d);
-extern "C" int gp_cu_bf16(gp_cu *d);
 
 /* mode bits of the kernels: MODE_ACC adds the result to y (the residual add, one rounding as a separate add);
  * MODE_BF16 rounds as the bf16 mode's linear: the sum + bf16(bias), rounded (and the residual sum rounded) */
@@ -307,13 +306,13 @@ static int matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const g
     const void *b = bias && bias->data ? bias->data : NULL;
     const int bdt = b ? bias->dtype : 0;
     cudaStream_t s = gp_cu_stream(d);
-    acc = (acc ? MODE_ACC : 0) | (gp_cu_bf16(d) ? MODE_BF16 : 0);
-    if (n == 1) launch_t<1>(s, y, x, w, b, bdt, n, vec, acc, act);
+    const int mode = (acc ? MODE_ACC : 0) | (gp_cu_bf16(d) ? MODE_BF16 : 0);
+    if (n == 1) launch_t<1>(s, y, x, w, b, bdt, n, vec, mode, act);
     else if (vec && act < 0) { /* prefill: PREFILL_ROWS rows per warp */
-        if (w->dtype == GP_CU_F32) launch_rows<GP_CU_F32>(s, y, x, w, b, bdt, n, acc);
-        else if (w->dtype == GP_CU_BF16) launch_rows<GP_CU_BF16>(s, y, x, w, b, bdt, n, acc);
-        else launch_rows<GP_CU_F16>(s, y, x, w, b, bdt, n, acc);
-    } else launch_t<TOK_TILE>(s, y, x, w, b, bdt, n, vec, acc, act);
+        if (w->dtype == GP_CU_F32) launch_rows<GP_CU_F32>(s, y, x, w, b, bdt, n, mode);
+        else if (w->dtype == GP_CU_BF16) launch_rows<GP_CU_BF16>(s, y, x, w, b, bdt, n, mode);
+        else launch_rows<GP_CU_F16>(s, y, x, w, b, bdt, n, mode);
+    } else launch_t<TOK_TILE>(s, y, x, w, b, bdt, n, vec, mode, act);
     return (int)cudaGetLastError();
 }
 

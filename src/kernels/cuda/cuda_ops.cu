@@ -10,7 +10,6 @@
 #include <math.h>
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
-extern "C" int gp_cu_bf16(gp_cu *d);
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -54,8 +53,8 @@ extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt 
 }
 
 /* ---- rope: block per (token, head), thread per rotated pair ---- */
-/* Rotates the pair (v[i], v[i + half]) of a head at position p; returns the new values in *a, *b too. */
-/* bf16 mode as the CPU op: cos/sin cast to bf16, each product and the sum rounded. */
+/* Rotates the pair (v[i], v[i + half]) of a head at position p; returns the new values in *a, *b too.  bf16 mode as
+ * the CPU op: cos/sin cast to bf16, each product and the sum rounded. */
 __device__ __forceinline__ void rotate_pair(float *v, int i, int half, float p, const float *inv_freq, float *a,
                                             float *b, int bf) {
     const float ang = p * inv_freq[i], x1 = v[i], x2 = v[i + half];
