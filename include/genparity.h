@@ -59,7 +59,8 @@ typedef enum gp_status {
     GP_ERR_RANGE = 7,       /* a value (token id, position, context length) is outside its valid range */
     GP_ERR_STATE = 8,       /* the call is not valid in the handle's current state */
     GP_ERR_CANCELLED = 9,   /* a callback asked to stop */
-    GP_ERR_TEMPLATE = 10    /* a chat template failed while rendering; for raise_exception() the message is its text */
+    GP_ERR_TEMPLATE = 10,   /* a chat template failed while rendering; for raise_exception() the message is its text */
+    GP_ERR_DEVICE = 11      /* the compute device failed while running (a CUDA error); the message names it */
 } gp_status;
 
 /* Returns a static, human-readable name for a status ("GP_ERR_FORMAT"). Never NULL. */
@@ -281,7 +282,8 @@ typedef enum gp_compute {
     GP_COMPUTE_BF16 = 1  /* activations rounded to bfloat16 where transformers' bf16 forward (eager, CPU) rounds
                             them: every linear's output, the residual stream, norms' outputs, rope, attention scores
                             and probabilities, the MLP activation; float32 accumulation, float32 where torch upcasts
-                            (RMSNorm variance, softmax).  CPU only. */
+                            (RMSNorm variance, softmax).  On CUDA the same roundings, attention as sdpa's
+                            (float32 scores and softmax, probabilities rounded for p·v). */
 } gp_compute;
 
 /* Returns the default context params. */

@@ -68,6 +68,19 @@ int fx_int_array(const cJSON *arr, int32_t **out) {
     return n;
 }
 
+gp_ctx_params fx_default_params(void) {
+    gp_ctx_params p = gp_ctx_default_params();
+    const char *d = getenv("GENPARITY_TEST_DEVICE");
+    if (d && !strcmp(d, "cuda")) p.device = GP_DEVICE_CUDA;
+    return p;
+}
+
+const gp_ctx_params *fx_params(void) {
+    static gp_ctx_params p;
+    p = fx_default_params();
+    return &p;
+}
+
 gp_model *fx_load_model(const char *name, int tokenizer) {
     char rel[256];
     snprintf(rel, sizeof rel, "models/%s", name);

@@ -32,6 +32,12 @@ int fx_int_array(const cJSON *arr, int32_t **out);
 /* Loads models/<name> without its tokenizer (tokenizer = 0) or with it; NULL + failure on error. */
 gp_model *fx_load_model(const char *name, int tokenizer);
 
+/* The context params of the parity tests: gp_ctx_default_params() on the device $GENPARITY_TEST_DEVICE names
+ * ("cuda", or the CPU when unset): `make test-cuda` runs the cache, steering, LoRA, batch, quantization and
+ * generation suites a second time on the GPU through these.  fx_params() points at a static copy. */
+gp_ctx_params fx_default_params(void);
+const gp_ctx_params *fx_params(void);
+
 /* max |a - b| over n floats (inf - inf of equal sign counts 0; mismatched infinities count as inf). */
 double fx_max_abs_diff(const float *a, const float *b, size_t n);
 

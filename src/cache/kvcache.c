@@ -302,7 +302,18 @@ static void add_seg(gp_kv_desc *d, int32_t p0, int32_t p1, int32_t r0, int src, 
     }
 }
 
-void gp_cache_stage(gp_cache *c, gp_ws *ws, int32_t l, const float *k, const float *v, int32_t n, gp_kv_desc *d) {
+int gp_cache_early_rows(const gp_cache *c, int32_t l, int32_t n, gp_kv_rows *k, gp_kv_rows *v, int32_t *r0) {
+    const kv_layer *L = &c->L[l];
+    const int32_t pos0 = c->n_past;
+    if (n <= 0 || (int64_t)pos0 + n > q_start(&c->p) || (n > 1 && pos0 + n > L->cap)) return 0;
+    *k = rows_of(c, L->k);
+    *v = rows_of(c, L->v);
+    *r0 = slot_of(L, pos0);
+    return 1;
+}
+
+void gp_cache_stage(gp_cache *c, gp_ws *ws, int32_t l, const float *k, const float *v, int32_t n, int stored,
+                    gp_kv_desc *d) {
     const kv_layer *L = &c->L[l];
     const int32_t pos0 = c->n_past, qs = q_start(&c->p), kvd = c->kvd;
     memset(d, 0, sizeof *d);
@@ -316,25 +327,29 @@ void gp_cache_stage(gp_cache *c, gp_ws *ws, int32_t l, const float *k, const flo
     d->pinned = L->keep;
     c->chunk_k = k;
     c->chunk_v = v;
-    /* held positions: the pinned ones, then the ring's (at most one wrap) */
-    const int32_t pin = pos0 < L->keep ? pos0 : L->keep;
+    /* held positions: the pinned ones, then the ring's (at most one wrap; stored early, the chunk's rows replaced
+     * the oldest ones) */
+    const int32_t pin = pos0 < L->keep ? pos0 : L->keep, span = L->cap - L->keep;
     add_seg(d, 0, pin, 0, 0, qs);
-    int32_t j = pos0 - (L->cap - L->keep) > L->keep ? pos0 - (L->cap - L->keep) : L->keep;
+    int32_t j = pos0 + (stored ? n : 0) - span > L->keep ? pos0 + (stored ? n : 0) - span : L->keep;
     while (j < pos0) {
         const int32_t s = slot_of(L, j), e = pos0 - j < L->cap - s ? pos0 : j + (L->cap - s);
         add_seg(d, j, e, s, 0, qs);
         j = e;
     }
+    if (stored) { /* float rows at consecutive slots (gp_cache_early_rows) */
+        add_seg(d, pos0, pos0 + n, slot_of(L, pos0), 0, qs);
+        return;
+    }
     /* the chunk: quantized rows go through the cache's quantization now, so every query reads what the cache will */
     add_seg(d, pos0, pos0 + n, 0, 1, qs);
     const int32_t q0 = qs > pos0 ? (qs - pos0 < n ? qs - pos0 : n) : 0;
-    if (q0 < n) {
-        ws->be->ops->kv_store(ws, &d->k[1], q0, k + (int64_t)q0 * kvd, n - q0, 1);
-        ws->be->ops->kv_store(ws, &d->v[1], q0, v + (int64_t)q0 * kvd, n - q0, 1);
-    }
+    if (q0 < n)
+        ws->be->ops->kv_store(ws, &d->k[1], &d->v[1], q0, k + (int64_t)q0 * kvd, v + (int64_t)q0 * kvd, n - q0, 1);
 }
 
-void gp_cache_commit(gp_cache *c, gp_ws *ws, int32_t l, int32_t n) {
+void gp_cache_commit(gp_cache *c, gp_ws *ws, int32_t l, int32_t n, int stored) {
+    if (stored) return;
     const kv_layer *L = &c->L[l];
     const int32_t pos0 = c->n_past, qs = q_start(&c->p), kvd = c->kvd;
     const gp_kv_rows dk = rows_of(c, L->k), dv = rows_of(c, L->v);
@@ -347,13 +362,8 @@ void gp_cache_commit(gp_cache *c, gp_ws *ws, int32_t l, int32_t n) {
         e = e < pos0 + n ? e : pos0 + n;
         if (!quant && e > qs) e = qs;
         const int32_t r = j - pos0;
-        if (quant) {
-            B->kv_copy(ws, &dk, s, &sk, r, e - j, 1);
-            B->kv_copy(ws, &dv, s, &sv, r, e - j, 1);
-        } else {
-            B->kv_store(ws, &dk, s, c->chunk_k + (int64_t)r * kvd, e - j, 0);
-            B->kv_store(ws, &dv, s, c->chunk_v + (int64_t)r * kvd, e - j, 0);
-        }
+        if (quant) B->kv_copy(ws, &dk, &dv, s, &sk, &sv, r, e - j, 1);
+        else B->kv_store(ws, &dk, &dv, s, c->chunk_k + (int64_t)r * kvd, c->chunk_v + (int64_t)r * kvd, e - j, 0);
         j = e;
     }
 }

@@ -49,13 +49,21 @@ gp_status gp_cache_reserve(gp_cache *c, int32_t n_total, int32_t n_chunk);
  * different epochs are never reused).  Call after gp_cache_reserve(c, n_past + n, ...). */
 gp_status gp_cache_begin(gp_cache *c, const int32_t *ids, int32_t n, uint64_t steer_epoch);
 
+/* Whether layer l can take a chunk of n positions at n_past.. before attention runs: its rows are float32 and
+ * storing them overwrites no position a query of the chunk sees (one position, or a ring that does not wrap).  Then
+ * *dst names the rows (the caller stores the keys and values there, e.g. through rope_qk) and returns 1; else 0. */
+int gp_cache_early_rows(const gp_cache *c, int32_t l, int32_t n, gp_kv_rows *k, gp_kv_rows *v, int32_t *r0);
+
 /* Layer l of a chunk of n positions at n_past..: stores the chunk's keys/values k, v [n, kvd] (backend memory,
  * must stay valid until gp_cache_commit) in the cache's storage format and fills *d for attention (held positions
- * plus the chunk's; quantized positions are read back through the same quantization as cached rows). */
-void gp_cache_stage(gp_cache *c, gp_ws *ws, int32_t l, const float *k, const float *v, int32_t n, gp_kv_desc *d);
+ * plus the chunk's; quantized positions are read back through the same quantization as cached rows).  stored: the
+ * caller already wrote them to the rows gp_cache_early_rows gave (nothing is staged; commit has nothing to do). */
+void gp_cache_stage(gp_cache *c, gp_ws *ws, int32_t l, const float *k, const float *v, int32_t n, int stored,
+                    gp_kv_desc *d);
 
-/* Writes the staged chunk of layer l into its ring (later positions overwrite earlier ones sharing a slot). */
-void gp_cache_commit(gp_cache *c, gp_ws *ws, int32_t l, int32_t n);
+/* Writes the staged chunk of layer l into its ring (later positions overwrite earlier ones sharing a slot);
+ * nothing when it was stored early. */
+void gp_cache_commit(gp_cache *c, gp_ws *ws, int32_t l, int32_t n, int stored);
 
 /* The chunk's n positions are now held (after every layer committed). */
 void gp_cache_advance(gp_cache *c, int32_t n);

@@ -135,6 +135,13 @@ typedef struct gp_kv_desc {
     int32_t window, pinned;
 } gp_kv_desc;
 
+/* Where rope_qk also stores a chunk's keys (after rope) and values: float rows [r0, r0 + n) of k and v. */
+typedef struct gp_kv_dst {
+    const gp_kv_rows *k, *v;
+    const float *vals; /* [n, kvd] the chunk's values */
+    int32_t r0;
+} gp_kv_dst;
+
 /* One attention call: out [n, n_heads, head_dim] = softmax(q k^T * scale [soft-capped]) v over the visible keys of
  * query t at position pos0 + t.  q has rope applied; the keys/values of the chunk itself are in kv (staged). */
 typedef struct gp_attn_args {
@@ -165,6 +172,8 @@ typedef struct gp_ws_params {
                               transformers' bf16 forward does (each op's comment says where) */
     int32_t max_cols;      /* widest input of a linear (in features); with GP_COMPUTE_BF16 the CPU backend packs
                               linear inputs [max_tokens, max_cols] to bf16 for vdpbf16ps (0: it never packs) */
+    int32_t n_heads;       /* most query heads of one attention call (a device's attention scratch; 0 = head_dim
+                              sized calls only) */
 } gp_ws_params;
 
 typedef struct gp_backend gp_backend;
@@ -192,16 +201,36 @@ typedef struct gp_backend_ops {
     /* Binds a weight given as a host view (the mmap) into *out, usable by ops (CPU: *out = *view, no copy). */
     gp_status (*bind_weight)(gp_backend *be, const gp_wt *view, gp_wt *out);
     void (*unbind_weight)(gp_backend *be, gp_wt *w); /* releases what bind_weight allocated (CPU: nothing) */
+    /* Free bytes of backend memory now (*total: its size); NULL when the backend does not know (host memory). */
+    uint64_t (*mem_free)(gp_backend *be, uint64_t *total);
 
-    /* -- compute (all float32; y may alias x only where said) -- */
+    /* -- compute (all float32; y may alias x only where said).  Ops are enqueued in order on the workspace and
+     *    never fail one by one: finish() waits for them and returns the first error (CPU: they run at once). -- */
     /* y [n, L->w.rows] = x [n, L->w.cols] W^T + bias + LoRA terms (see gp_linear); y must not alias x; with LoRA
      * terms n <= the workspace's max_tokens and the ranks sum to <= its max_lora_rank (its scratch) */
     void (*linear)(gp_ws *ws, float *y, const float *x, const gp_linear *L, int32_t n);
+    /* ys[i] = linear(x, Ls[i]) for i < m (m <= 4): several projections of one input (q, k, v) in one pass where the
+     * device can; every output has linear()'s bits */
+    void (*linears)(gp_ws *ws, int32_t m, float *const *ys, const float *x, const gp_linear *const *Ls, int32_t n);
+    /* y [n, F] = act(linear(x, gate)) * linear(x, up): linear, linear, glu with their bits; tmp [n, F] is scratch the
+     * op may use (the up projection) */
+    void (*linear_glu)(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *gate, const gp_linear *up,
+                       int32_t n, gp_act act);
+    /* y [n, L->w.rows] += linear(x, L): linear then add, with their bits (the residual add); tmp [n, L->w.rows] is
+     * scratch the op may use */
+    void (*linear_add)(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L, int32_t n);
     /* y [n, d] = x [n, d] * rsqrt(mean(x^2) + eps) * (w or 1 + w), w [d] dense; y may alias x */
     void (*rmsnorm)(gp_ws *ws, float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps,
                     int plus_one);
-    /* x [n, heads, hd] rotated in place (rotate_half convention) at positions pos0..pos0+n-1; inv_freq [hd/2] */
+    /* x [n, heads, hd] rotated in place (rotate_half convention) at positions pos0..pos0+n-1; inv_freq [hd/2]
+     * (backend memory) */
     void (*rope)(gp_ws *ws, float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos0, const float *inv_freq);
+    /* q [n, nh, hd] and k [n, nkv, hd]: every head RMS-normalized by qn / kn first when they are given (data != NULL;
+     * Qwen3 / Gemma 3 q_norm, k_norm: rmsnorm's bits), then rotated as rope() at positions pos0..; with dst, the
+     * rotated k and dst->vals are then stored as kv_store(float rows) does (the cache's early rows) */
+    void (*rope_qk)(gp_ws *ws, float *q, float *k, int32_t n, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
+                    const float *inv_freq, const gp_wt *qn, const gp_wt *kn, float eps, int plus_one,
+                    const gp_kv_dst *dst);
     /* scaled dot-product attention (gp_attn_args) */
     void (*attention)(gp_ws *ws, const gp_attn_args *a);
     /* y [n, table.cols] = table[ids[i]] * scale (scale 1 = none); ids are host memory */
@@ -214,11 +243,17 @@ typedef struct gp_backend_ops {
     void (*add_row)(gp_ws *ws, float *x, const float *v, float c, int32_t n, int32_t d);
     /* x [n] = cap * tanh(x / cap) */
     void (*softcap)(gp_ws *ws, float *x, int64_t n, float cap);
-    /* rows [r0, r0+n) of dst = x [n, kvd], stored quantized (dst->q/scale/minv) when quant, else float32 (dst->f) */
-    void (*kv_store)(gp_ws *ws, const gp_kv_rows *dst, int32_t r0, const float *x, int32_t n, int quant);
-    /* rows [d0, d0+n) of dst = rows [s0, s0+n) of src (same layout), quantized or float32 rows */
-    void (*kv_copy)(gp_ws *ws, const gp_kv_rows *dst, int32_t d0, const gp_kv_rows *src, int32_t s0, int32_t n,
-                    int quant);
+    /* rows [r0, r0+n) of dk and dv = k, v [n, kvd] (keys and values of the same positions), stored quantized
+     * (q/scale/minv) when quant, else float32 (f) */
+    void (*kv_store)(gp_ws *ws, const gp_kv_rows *dk, const gp_kv_rows *dv, int32_t r0, const float *k,
+                     const float *v, int32_t n, int quant);
+    /* rows [d0, d0+n) of dk, dv = rows [s0, s0+n) of sk, sv (same layout), quantized or float32 rows */
+    void (*kv_copy)(gp_ws *ws, const gp_kv_rows *dk, const gp_kv_rows *dv, int32_t d0, const gp_kv_rows *sk,
+                    const gp_kv_rows *sv, int32_t s0, int32_t n, int quant);
+    /* Waits until the workspace's ops have run; returns GP_OK or the first error among them, with gp_errmsg()
+     * naming it (the error is then cleared).  Memory ops (download, copy, ...) of data that ops write must come
+     * after it. */
+    gp_status (*finish)(gp_ws *ws);
 } gp_backend_ops;
 
 /* A backend instance (one per model). */
@@ -232,6 +267,10 @@ struct gp_backend {
 
 /* Creates the CPU backend (reference).  *out is freed by gp_backend_free. */
 gp_status gp_backend_cpu_init(const gp_backend_params *p, gp_backend **out);
+
+/* Creates the CUDA backend on device dev (a `make cuda` build): GP_ERR_UNSUPPORTED with the reason when this build
+ * has no CUDA or there is no usable device.  *out is freed by gp_backend_free. */
+gp_status gp_backend_cuda_init(int32_t dev, gp_backend **out);
 
 /* Frees a backend instance (NULL = no-op).  Its buffers and workspaces must be freed first. */
 void gp_backend_free(gp_backend *be);

@@ -276,6 +276,7 @@ gp_status gp_adapter_load(const gp_model *m, const char *dir, gp_adapter **out) 
     if (!s) s = collect(m, st, &c, pairs);
     if (!s && !(ad = gp_calloc(1, sizeof *ad))) s = GP_ERR_NOMEM;
     if (!s) {
+        pthread_mutex_init(&ad->lock, NULL);
         ad->m = m;
         ad->rank = c.rank;
         ad->scale = c.scale;
@@ -297,13 +298,44 @@ gp_status gp_adapter_load(const gp_model *m, const char *dir, gp_adapter **out) 
     return s;
 }
 
+/* Unbinds terms [n] from be and frees the array. */
+static void terms_free(gp_backend *be, gp_adapter_term *t, int32_t n) {
+    for (int32_t i = 0; t && i < n; i++) {
+        if (t[i].a.data) be->ops->unbind_weight(be, &t[i].a);
+        if (t[i].b.data) be->ops->unbind_weight(be, &t[i].b);
+    }
+    free(t);
+}
+
+gp_status gp_adapter_terms(gp_adapter *ad, gp_backend *be, const gp_adapter_term **out) {
+    *out = ad->terms;
+    if (be == ad->m->be) return GP_OK;
+    gp_status s = GP_OK;
+    pthread_mutex_lock(&ad->lock);
+    if (ad->dev_terms && ad->dev_be != be)
+        s = gp_set_error(GP_ERR_UNSUPPORTED, "%s: the adapter is bound to another device backend", ad->dir);
+    else if (!ad->dev_terms) {
+        gp_adapter_term *t = gp_calloc((size_t)ad->n_terms, sizeof *t);
+        if (!t) s = GP_ERR_NOMEM;
+        for (int32_t i = 0; t && i < ad->n_terms && !s; i++) { /* ad->terms are host views (the CPU binding) */
+            t[i].layer = ad->terms[i].layer;
+            t[i].which = ad->terms[i].which;
+            s = be->ops->bind_weight(be, &ad->terms[i].a, &t[i].a);
+            if (!s) s = be->ops->bind_weight(be, &ad->terms[i].b, &t[i].b);
+        }
+        if (s) terms_free(be, t, ad->n_terms);
+        else ad->dev_terms = t, ad->dev_be = be;
+    }
+    if (!s) *out = ad->dev_terms;
+    pthread_mutex_unlock(&ad->lock);
+    return s;
+}
+
 void gp_adapter_free(gp_adapter *a) {
     if (!a) return;
-    for (int32_t i = 0; a->terms && i < a->n_terms; i++) {
-        if (a->terms[i].a.data) a->m->be->ops->unbind_weight(a->m->be, &a->terms[i].a);
-        if (a->terms[i].b.data) a->m->be->ops->unbind_weight(a->m->be, &a->terms[i].b);
-    }
-    free(a->terms);
+    if (a->dev_terms) terms_free(a->dev_be, a->dev_terms, a->n_terms);
+    terms_free(a->m->be, a->terms, a->terms ? a->n_terms : 0);
+    if (a->m) pthread_mutex_destroy(&a->lock);
     free(a->data);
     free(a->dir);
     free(a);

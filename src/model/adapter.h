@@ -8,6 +8,8 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 
+#include <pthread.h>
+
 /* The linears an adapter may target, as offsets into gp_layer (index = gp_adapter_term.which). */
 typedef struct gp_adapter_module {
     const char *name; /* "self_attn.q_proj" ... as in the checkpoint */
@@ -30,6 +32,13 @@ struct gp_adapter {
     int32_t n_terms;
     gp_adapter_term *terms;
     float *data;        /* host storage of every A and B */
+    pthread_mutex_t lock;      /* guards dev_terms (bound lazily; the adapter may be shared by contexts) */
+    gp_adapter_term *dev_terms;/* [n_terms] the terms bound through dev_be, or NULL */
+    gp_backend *dev_be;
 };
+
+/* The adapter's terms bound through backend be (the model's CPU backend: ad->terms; a device backend: copies made
+ * on the first call and kept until gp_adapter_free).  *out is owned by the adapter. */
+gp_status gp_adapter_terms(gp_adapter *ad, gp_backend *be, const gp_adapter_term **out);
 
 #endif

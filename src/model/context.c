@@ -37,7 +37,7 @@ static gp_status add_cache(gp_ctx *c, const char *name, gp_cache *kc) {
 
 static gp_status new_cache(gp_ctx *c, const char *name, gp_cache **out) {
     const gp_config *cfg = &c->m->cfg;
-    return gp_cache_create(name, &c->kvp, c->m->be, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim, cfg->window, out);
+    return gp_cache_create(name, &c->kvp, c->be, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim, cfg->window, out);
 }
 
 gp_ws_params gp_ctx_ws_params(const gp_ctx *x, int32_t lora_rank) {
@@ -48,30 +48,34 @@ gp_ws_params gp_ctx_ws_params(const gp_ctx *x, int32_t lora_rank) {
     const int32_t cols = c->n_ff > c->n_embd ? c->n_ff : c->n_embd; /* down's input, else the hidden size */
     const gp_ws_params wp = {.n_threads = p->n_threads, .max_tokens = p->prefill_chunk, .max_keys = seen,
                              .head_dim = c->head_dim, .max_lora_rank = lora_rank, .compute = p->compute,
-                             .max_cols = cols > q ? cols : q};
+                             .max_cols = cols > q ? cols : q, .n_heads = c->n_heads};
     return wp;
 }
 
-/* The workspace and the activation buffers of one chunk, from the model's backend. */
+/* The workspace and the activation buffers of one chunk, from the context's backend. */
 static gp_status alloc_activations(gp_ctx *x) {
     const gp_config *c = &x->m->cfg;
     const gp_ctx_params *p = &x->p;
-    gp_backend *be = x->m->be;
+    gp_backend *be = x->be;
     const gp_ws_params wp = gp_ctx_ws_params(x, x->ws_lora_rank);
     gp_status s = be->ops->ws_init(be, &wp, &x->ws);
     if (s) return s;
     size_t C = (size_t)p->prefill_chunk, E = (size_t)c->n_embd, Q = (size_t)c->n_heads * (size_t)c->head_dim;
     size_t KV = (size_t)c->n_kv_heads * (size_t)c->head_dim, F = (size_t)c->n_ff, V = (size_t)c->n_vocab;
     size_t H = E > Q ? E : Q;
+    /* a device computes the logits in blocks of rows (64 MB) and reads each back; the CPU writes them in place */
+    size_t lr = V * sizeof(float) < (64u << 20) ? (64u << 20) / (V * sizeof(float)) : 1;
+    x->logit_rows = be->host_memory || lr > C ? (int32_t)C : (int32_t)lr;
     float **bufs[] = {&x->x, &x->h, &x->q, &x->k, &x->v, &x->att, &x->gate, &x->up, &x->logits};
-    const size_t rows[] = {E, H, Q, KV, KV, Q, F, F, be->host_memory ? 0 : V};
+    const size_t rows[] = {C * E, C * H, C * Q, C * KV, C * KV, C * Q, C * F, C * F,
+                           be->host_memory ? 0 : (size_t)x->logit_rows * V};
     uint64_t total = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         if (!rows[i]) continue;
         size_t n;
-        if (!gp_mul_ok(C, rows[i], &n) || !gp_mul_ok(n, sizeof(float), &n) || !(*bufs[i] = be->ops->alloc(be, n)))
-            return gp_set_error(GP_ERR_NOMEM, "gp_ctx_init: out of memory for activations (prefill_chunk %d, n_ctx %d)",
-                                p->prefill_chunk, p->n_ctx);
+        if (!gp_mul_ok(rows[i], sizeof(float), &n) || !(*bufs[i] = be->ops->alloc(be, n)))
+            return gp_set_error(GP_ERR_NOMEM, "gp_ctx_init: out of %s memory for activations (prefill_chunk %d, "
+                                "n_ctx %d)", be->name, p->prefill_chunk, p->n_ctx);
         total += n;
     }
     x->scratch_bytes = total + sizeof(float) * (uint64_t)x->ws->n_threads * ((uint64_t)wp.max_keys + 2 * (uint64_t)c->head_dim);
@@ -108,24 +112,26 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     if (!x) return GP_ERR_NOMEM;
     x->m = m;
     x->p = p;
-    x->layers = m->layers;
+    gp_status s = gp_model_bound(m, p.device, &x->wb);
+    if (s) {
+        free(x);
+        return s;
+    }
+    x->be = x->wb->be;
+    x->layers = x->wb->layers;
     x->ws_lora_rank = m->max_lora_rank;
     snprintf(x->lora_desc, sizeof x->lora_desc, "none");
-    x->steer.be = m->be;
+    x->steer.be = x->be;
     x->kvp = (gp_kv_params){.n_ctx = p.n_ctx, .max_kv_size = p.max_kv_size, .keep = p.keep, .bits = p.kv_bits,
                             .group = p.kv_group_size, .q_start = p.quantized_kv_start};
     gp_cache *first;
-    gp_status s = new_cache(x, "default", &first);
+    s = new_cache(x, "default", &first);
     if (s || (s = add_cache(x, "default", first))) {
         if (!s) gp_cache_destroy(first);
         gp_ctx_free(x);
         return s;
     }
     if ((s = alloc_activations(x))) {
-        gp_ctx_free(x);
-        return s;
-    }
-    if (p.device == GP_DEVICE_CUDA && (s = gp_cuda_ctx_init(x))) {
         gp_ctx_free(x);
         return s;
     }
@@ -137,11 +143,10 @@ void gp_ctx_free(gp_ctx *c) {
     if (!c) return;
     for (int32_t i = 0; i < c->n_caches; i++) gp_cache_destroy(c->caches[i]);
     free(c->caches);
-    gp_backend *be = c->m->be;
+    gp_backend *be = c->be;
     float *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->dealloc(be, bufs[i]);
+    for (size_t i = 0; be && i < sizeof bufs / sizeof bufs[0]; i++) be->ops->dealloc(be, bufs[i]);
     if (c->ws) be->ops->ws_free(c->ws);
-    gp_cuda_ctx_free(c->cuda);
     gp_steer_state_clear(&c->steer);
     free(c->own_layers);
     free(c->lora_terms);
@@ -230,9 +235,7 @@ gp_status gp_ctx_eval(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_op
         float *lg = NULL;
         if (logits && all) lg = logits + (size_t)t0 * cfg->n_vocab;
         else if (logits && t0 + cn == n) lg = logits;
-        if (c->cuda) { /* the CUDA backend's own forward (forward_cuda.c) */
-            if ((s = gp_cuda_forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all))) return s;
-        } else gp_forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all);
+        if ((s = gp_forward_chunk(c, ids + t0, cn, opts, t0, n, lg, all))) return s;
     }
     c->steer.step++;
     return GP_OK;
@@ -391,7 +394,6 @@ static gp_status check_file(const gp_st_set *st, const char *path, void *ud) {
 
 gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
     if (!c || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_save: bad arguments");
-    if (c->cuda) return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_cache_save: device cuda: cache files are CPU-only");
     load_check lc = {.n_vocab = c->m->cfg.n_vocab};
     snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
     snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));
@@ -405,13 +407,12 @@ gp_status gp_ctx_cache_save(gp_ctx *c, const char *path) {
 
 gp_status gp_ctx_cache_load(gp_ctx *c, const char *path) {
     if (!c || !path) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_cache_load: bad arguments");
-    if (c->cuda) return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_cache_load: device cuda: cache files are CPU-only");
     load_check lc = {.n_vocab = c->m->cfg.n_vocab};
     snprintf(lc.fp, sizeof lc.fp, "%016llx", (unsigned long long)model_fingerprint(c->m));
     snprintf(lc.th, sizeof lc.th, "%016llx", (unsigned long long)tokenizer_hash(c->m));
     const gp_config *cfg = &c->m->cfg;
     gp_cache *kc;
-    gp_status s = gp_cache_load(path, gp_cache_name(gp_ctx_cache(c)), &c->kvp, c->m->be, cfg->n_layers,
+    gp_status s = gp_cache_load(path, gp_cache_name(gp_ctx_cache(c)), &c->kvp, c->be, cfg->n_layers,
                                 cfg->n_kv_heads * cfg->head_dim, cfg->window, check_file, &lc, &kc);
     if (s) return s;
     /* positions computed under other steering hooks than the context's current ones are never reused */
@@ -445,7 +446,7 @@ void gp_ctx_steer_clear(gp_ctx *c) {
 
 gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha) {
     if (!c) return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_logit_bias_vector: ctx is NULL");
-    gp_backend *be = c->m->be;
+    gp_backend *be = c->be;
     be->ops->dealloc(be, c->steer.bias);
     c->steer.bias = NULL;
     if (!vector) return GP_OK;
@@ -463,8 +464,15 @@ gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha) 
         return GP_ERR_NOMEM;
     }
     be->ops->upload(be, v, vector, (size_t)E * sizeof(float));
-    be->ops->linear(c->ws, b, v, &c->m->lm_head, 1); /* W [V, E] @ v [E] */
-    be->ops->download(be, host, b, (size_t)V * sizeof(float));
+    be->ops->linear(c->ws, b, v, &c->wb->lm_head, 1); /* W [V, E] @ v [E] */
+    gp_status s = be->ops->finish(c->ws);
+    if (!s) be->ops->download(be, host, b, (size_t)V * sizeof(float));
+    if (s) {
+        free(host);
+        be->ops->dealloc(be, b);
+        be->ops->dealloc(be, v);
+        return s;
+    }
     for (int32_t i = 0; i < V; i++) host[i] *= alpha;
     be->ops->upload(be, b, host, (size_t)V * sizeof(float));
     free(host);
@@ -501,7 +509,7 @@ gp_status gp_ctx_eval_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, fl
         if (!s) s = gp_cache_begin(kc, ids + i, 1, cs[i]->steer.epoch);
         if (s) return s; /* (earlier sequences keep their reservation; nothing was evaluated) */
     }
-    gp_forward_batch(cs, n, ids, logits);
+    gp_status s = gp_forward_batch(cs, n, ids, logits);
     for (int32_t i = 0; i < n; i++) cs[i]->steer.step++;
-    return GP_OK;
+    return s;
 }

@@ -10,6 +10,8 @@
 
 struct gp_ctx {
     const gp_model *m;
+    gp_backend *be;      /* the device the context runs on (the model's CPU backend or its device binding's) */
+    const gp_bound *wb;  /* the model's weights on that backend */
     gp_ctx_params p;
     gp_kv_params kvp;
     gp_ws *ws;           /* the backend workspace: thread count, per-thread scratch */
@@ -23,13 +25,14 @@ struct gp_ctx {
     float *v;            /* [chunk, n_kv*head_dim] */
     float *att;          /* [chunk, n_heads*head_dim] */
     float *gate, *up;    /* [chunk, n_ff] */
-    float *logits;       /* [chunk, n_vocab] when backend memory is not host memory (read back), else NULL */
+    float *logits;       /* [logit_rows, n_vocab] when backend memory is not host memory (read back), else NULL */
+    int32_t logit_rows;  /* rows of logits one lm_head call computes (the chunk on the CPU; on a device as many as
+                            fit in 64 MB) */
     uint64_t scratch_bytes;
     gp_steer_state steer; /* residual hooks, logit-bias vector, forward step counter */
-    gp_cuda_ctx *cuda;    /* device KV cache and scratch (p.device == GP_DEVICE_CUDA), else NULL */
     /* LoRA adapters (gp_ctx_set_adapters): the layers the forward reads are the model's, or with adapters a copy
      * whose linears list the context's low-rank terms */
-    const gp_layer *layers;   /* [n_layers]: m->layers or own_layers */
+    const gp_layer *layers;   /* [n_layers]: wb->layers or own_layers */
     gp_layer *own_layers;
     gp_lora *lora_terms;      /* storage of own_layers' gp_linear.lora arrays */
     int32_t ws_lora_rank;     /* the workspace's max_lora_rank */
@@ -45,14 +48,15 @@ gp_ws_params gp_ctx_ws_params(const gp_ctx *x, int32_t lora_rank);
 /* Runs one chunk of n tokens (ids, host memory) at the current cache's positions n_past.. through every layer and
  * advances the cache.  logits (host): [n, V] when all, else [V] of the last token, NULL for none.  Hidden states
  * requested by o are read back into o->hidden_out at token offset t0 of n_total.  The cache must have been
- * reserved and begun (gp_cache_reserve / gp_cache_begin); nothing here can fail. */
-void gp_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_opts *o, int32_t t0, int32_t n_total,
+ * reserved and begun (gp_cache_reserve / gp_cache_begin).  Returns the backend's finish(): GP_OK, or a device
+ * error (the CPU cannot fail). */
+gp_status gp_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_opts *o, int32_t t0, int32_t n_total,
                       float *logits, int all);
 
 /* One decode step of n sequences together (gp_generate_batch): row i is ids[i] on cs[i]'s current cache, at its
  * position, under its steering; every linear reads the weights once for the n rows; cs[0]'s workspace and buffers
  * (n <= its prefill_chunk).  logits (host) [n, V].  The caches must have been reserved and begun. */
-void gp_forward_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, float *logits);
+gp_status gp_forward_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, float *logits);
 
 /* One decode step of n sequences, each on its own context (distinct contexts of one model with equal gp_ctx_params;
  * n <= prefill_chunk): the same checks and bookkeeping as gp_ctx_eval of one id on each, then gp_forward_batch.

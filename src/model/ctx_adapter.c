@@ -25,9 +25,9 @@ static gp_status grow_ws(gp_ctx *c, int32_t rank) {
     if (rank <= c->ws_lora_rank) return GP_OK;
     const gp_ws_params wp = gp_ctx_ws_params(c, rank);
     gp_ws *ws;
-    gp_status s = c->m->be->ops->ws_init(c->m->be, &wp, &ws);
+    gp_status s = c->be->ops->ws_init(c->be, &wp, &ws);
     if (s) return s;
-    c->m->be->ops->ws_free(c->ws);
+    c->be->ops->ws_free(c->ws);
     c->ws = ws;
     c->ws_lora_rank = rank;
     return GP_OK;
@@ -47,7 +47,7 @@ static gp_status build_layers(gp_ctx *c, gp_adapter *const *ad, const float *sca
         free(count);
         return GP_ERR_NOMEM;
     }
-    memcpy(*own, m->layers, (size_t)NL * sizeof **own);
+    memcpy(*own, c->wb->layers, (size_t)NL * sizeof **own);
     for (int32_t i = 0; i < n; i++) /* terms per linear, then each linear's slice of *out */
         for (int32_t t = 0; t < ad[i]->n_terms; t++) count[ad[i]->terms[t].layer * GP_ADAPTER_N_MODULES + ad[i]->terms[t].which]++;
     gp_lora *next = *out;
@@ -58,12 +58,19 @@ static gp_status build_layers(gp_ctx *c, gp_adapter *const *ad, const float *sca
         L->n_lora = 0;
         next += count[j];
     }
-    for (int32_t i = 0; i < n; i++)
+    for (int32_t i = 0; i < n; i++) {
+        const gp_adapter_term *terms; /* the adapter's terms on the context's backend */
+        gp_status s = gp_adapter_terms(ad[i], c->be, &terms);
+        if (s) {
+            free(count);
+            return s;
+        }
         for (int32_t t = 0; t < ad[i]->n_terms; t++) {
-            const gp_adapter_term *T = &ad[i]->terms[t];
+            const gp_adapter_term *T = &terms[t];
             gp_linear *L = (gp_linear *)((char *)&(*own)[T->layer] + GP_ADAPTER_MODULES[T->which].off);
             ((gp_lora *)L->lora)[L->n_lora++] = (gp_lora){T->a, T->b, ad[i]->scale * (scales ? scales[i] : 1.0f)};
         }
+    }
     for (int32_t j = 0; j < NL * GP_ADAPTER_N_MODULES; j++) {
         const gp_linear *L = (const gp_linear *)((char *)&(*own)[j / GP_ADAPTER_N_MODULES] + GP_ADAPTER_MODULES[j % GP_ADAPTER_N_MODULES].off);
         int32_t r = 0;
@@ -82,8 +89,6 @@ gp_status gp_ctx_set_adapters(gp_ctx *c, gp_adapter *const *adapters, const floa
         if (!adapters[i] || adapters[i]->m != c->m)
             return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_set_adapters: adapter %d %s", (int)i,
                                 adapters[i] ? "was loaded for another model" : "is NULL");
-    if (n > 0 && c->cuda)
-        return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_set_adapters: device cuda: LoRA terms are CPU-only for now");
     char desc[sizeof c->lora_desc];
     describe(adapters, scales, n, desc, sizeof desc);
     gp_layer *own = NULL;
@@ -98,7 +103,7 @@ gp_status gp_ctx_set_adapters(gp_ctx *c, gp_adapter *const *adapters, const floa
     free(c->own_layers), free(c->lora_terms);
     c->own_layers = own;
     c->lora_terms = terms;
-    c->layers = own ? own : c->m->layers;
+    c->layers = own ? own : c->wb->layers;
     if (strcmp(desc, c->lora_desc)) c->steer.epoch++; /* the caches' positions were computed under the old set */
     memcpy(c->lora_desc, desc, sizeof desc);
     return GP_OK;

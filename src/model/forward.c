@@ -1,12 +1,13 @@
-/* forward.c — the one forward pass every architecture runs, as a sequence of backend ops (no host work between
- * them; gp_ctx_eval in context.c drives it chunk by chunk):
+/* forward.c — the one forward pass every architecture runs on every backend, as a sequence of backend ops (no host
+ * work between them; gp_ctx_eval in context.c drives it chunk by chunk):
  *   x = embed(ids) (* sqrt(hidden) for Gemma)
- *   per layer: h = norm(x); q,k,v = linear(h); [q,k per-head norm]; rope; stage k,v in the cache; attention over the
- *              cache's descriptor; commit k,v; a = linear_o(attn) [+ post-attn norm]; x += a;
- *              h = norm(x); m = down(act(gate(h)) * up(h)) [+ post-ffn norm]; x += m; x += steering
+ *   per layer: h = norm(x); q,k,v = linears(h); rope(q, k) [after per-head norms] (storing k,v in the cache when
+ *              its rows can take them now, else staging them); attention over the cache's descriptor; commit k,v; x += linear_o(attn) [post-attn norm before the add];
+ *              h = norm(x); x += down(act(gate(h)) * up(h)) [post-ffn norm before the add]; x += steering
  *   logits = lm_head(norm(x)) [soft-capped] [+ logit bias]
  * What differs between families is data in gp_arch (config.h), never a branch per family name; what differs
- * between weight formats and devices is behind backend.h. */
+ * between weight formats and devices (CPU, CUDA) is behind backend.h: the context's backend and its binding of the
+ * weights (gp_ctx.be, gp_ctx.wb). */
 #include "model/ctx.h"
 
 #include <math.h>
@@ -15,10 +16,25 @@
 static void capture(gp_ctx *c, const gp_eval_opts *o, int32_t idx, const float *x, int32_t n, int32_t t0,
                     int32_t n_total, int32_t E) {
     if (!o || !o->hidden_out) return;
-    gp_backend *be = c->m->be;
+    gp_backend *be = c->be;
     for (int32_t j = 0; j < o->n_hidden_layers; j++)
-        if (o->hidden_layers[j] == idx)
+        if (o->hidden_layers[j] == idx && be->ops->finish(c->ws) == GP_OK)
             be->ops->download(be, o->hidden_out + ((size_t)j * n_total + t0) * E, x, (size_t)n * E * sizeof(float));
+}
+
+/* x += [post_norm](linear(in, L)): the residual add of a block's output projection (one fused op without the
+ * sandwich norm). */
+static void residual(gp_ctx *c, const gp_linear *L, const float *in, const gp_wt *post_norm, int32_t n) {
+    const gp_config *cfg = &c->m->cfg;
+    const gp_backend_ops *B = c->be->ops;
+    const int32_t E = cfg->n_embd;
+    if (!post_norm) {
+        B->linear_add(c->ws, c->x, c->h, in, L, n);
+        return;
+    }
+    B->linear(c->ws, c->h, in, L, n);
+    B->rmsnorm(c->ws, c->h, c->h, post_norm, n, E, cfg->norm_eps, cfg->arch.norm_plus_one);
+    B->add(c->ws, c->x, c->h, (int64_t)n * E);
 }
 
 /* The attention block of layer l: x += o_proj(attention(rope(q), rope(k), v over the cache)) [post-norm].  The n rows
@@ -27,10 +43,9 @@ static void capture(gp_ctx *c, const gp_eval_opts *o, int32_t idx, const float *
  * per context at its own cache's position. */
 static void attention_block(gp_ctx *const *cs, int32_t n_seq, int32_t l, int32_t n) {
     gp_ctx *c = cs[0];
-    const gp_model *m = c->m;
-    const gp_config *cfg = &m->cfg;
+    const gp_config *cfg = &c->m->cfg;
     const gp_arch *a = &cfg->arch;
-    const gp_backend_ops *B = m->be->ops;
+    const gp_backend_ops *B = c->be->ops;
     gp_ws *ws = c->ws;
     const gp_layer *L = &c->layers[l]; /* the model's, or the context's copy with LoRA terms */
     const int32_t E = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads, r = n / n_seq;
@@ -38,64 +53,76 @@ static void attention_block(gp_ctx *const *cs, int32_t n_seq, int32_t l, int32_t
     const int po = a->norm_plus_one;
 
     B->rmsnorm(ws, c->h, c->x, &L->attn_norm, n, E, cfg->norm_eps, po);
-    B->linear(ws, c->q, c->h, &L->q, n);
-    B->linear(ws, c->k, c->h, &L->k, n);
-    B->linear(ws, c->v, c->h, &L->v, n);
-    if (a->qk_norm) {
-        B->rmsnorm(ws, c->q, c->q, &L->q_norm, n * nh, hd, cfg->norm_eps, po);
-        B->rmsnorm(ws, c->k, c->k, &L->k_norm, n * nkv, hd, cfg->norm_eps, po);
-    }
+    float *const qkv[3] = {c->q, c->k, c->v};
+    const gp_linear *const proj[3] = {&L->q, &L->k, &L->v};
+    B->linears(ws, 3, qkv, c->h, proj, n);
+    const gp_wt *qn = a->qk_norm ? &L->q_norm : NULL, *kn = a->qk_norm ? &L->k_norm : NULL;
     /* the model's sliding window picks the rope base */
-    const float *inv_freq = cfg->window[l] > 0 ? m->inv_freq_sliding : m->inv_freq_full;
+    const float *inv_freq = cfg->window[l] > 0 ? c->wb->inv_freq_sliding : c->wb->inv_freq_full;
     for (int32_t i = 0; i < n_seq; i++) {
         gp_cache *kc = gp_ctx_cache(cs[i]);
         const int32_t pos = gp_cache_n_past(kc);
         float *q = c->q + i * r * Q, *k = c->k + i * r * KV, *v = c->v + i * r * KV;
-        B->rope(ws, q, r, nh, hd, pos, inv_freq);
-        B->rope(ws, k, r, nkv, hd, pos, inv_freq);
+        /* float rows the ring can take now are stored with the rope; others are staged, then committed */
+        gp_kv_rows dk, dv;
+        gp_kv_dst dst = {&dk, &dv, v, 0};
+        const int early = gp_cache_early_rows(kc, l, r, &dk, &dv, &dst.r0);
+        B->rope_qk(ws, q, k, r, nh, nkv, hd, pos, inv_freq, qn, kn, cfg->norm_eps, po, early ? &dst : NULL);
         gp_kv_desc kv;
-        gp_cache_stage(kc, ws, l, k, v, r, &kv);
+        gp_cache_stage(kc, ws, l, k, v, r, early, &kv);
         const gp_attn_args args = {.out = c->att + i * r * Q, .q = q, .kv = &kv, .n = r, .pos0 = pos, .n_heads = nh,
                                    .n_kv = nkv, .head_dim = hd, .scale = a->attn_scale, .softcap = a->attn_softcap};
         B->attention(ws, &args);
-        gp_cache_commit(kc, ws, l, r);
+        gp_cache_commit(kc, ws, l, r, early);
     }
-    B->linear(ws, c->h, c->att, &L->o, n);
-    if (a->sandwich_norms) B->rmsnorm(ws, c->h, c->h, &L->attn_post_norm, n, E, cfg->norm_eps, po);
-    B->add(ws, c->x, c->h, (int64_t)n * E);
+    residual(c, &L->o, c->att, a->sandwich_norms ? &L->attn_post_norm : NULL, n);
 }
 
 /* The feed-forward block of layer l: x += down(act(gate(h)) * up(h)) [post-norm], h = norm(x). */
 static void ffn_block(gp_ctx *c, int32_t l, int32_t n) {
-    const gp_model *m = c->m;
-    const gp_config *cfg = &m->cfg;
+    const gp_config *cfg = &c->m->cfg;
     const gp_arch *a = &cfg->arch;
-    const gp_backend_ops *B = m->be->ops;
-    gp_ws *ws = c->ws;
     const gp_layer *L = &c->layers[l]; /* the model's, or the context's copy with LoRA terms */
-    const int32_t E = cfg->n_embd;
-    const int po = a->norm_plus_one;
 
-    B->rmsnorm(ws, c->h, c->x, &L->ffn_norm, n, E, cfg->norm_eps, po);
-    B->linear(ws, c->gate, c->h, &L->gate, n);
-    B->linear(ws, c->up, c->h, &L->up, n);
-    B->glu(ws, c->gate, c->up, (int64_t)n * cfg->n_ff, a->act);
-    B->linear(ws, c->h, c->gate, &L->down, n);
-    if (a->sandwich_norms) B->rmsnorm(ws, c->h, c->h, &L->ffn_post_norm, n, E, cfg->norm_eps, po);
-    B->add(ws, c->x, c->h, (int64_t)n * E);
+    c->be->ops->rmsnorm(c->ws, c->h, c->x, &L->ffn_norm, n, cfg->n_embd, cfg->norm_eps, a->norm_plus_one);
+    c->be->ops->linear_glu(c->ws, c->gate, c->up, c->h, &L->gate, &L->up, n, a->act);
+    residual(c, &L->down, c->gate, a->sandwich_norms ? &L->ffn_post_norm : NULL, n);
 }
 
-void gp_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_opts *o, int32_t t0, int32_t n_total,
-                      float *logits, int all) {
-    const gp_model *m = c->m;
-    const gp_config *cfg = &m->cfg;
-    const gp_arch *a = &cfg->arch;
-    gp_backend *be = m->be;
+/* The lm_head of the rows [n, E] at x (soft-capped, + the logit bias of each row's context cs[t] or cs[0]) into host
+ * logits [n, V], in blocks of the context's logit rows (on the CPU one block, written in place). */
+static gp_status head(gp_ctx *const *cs, int per_row, const float *x, int32_t n, float *logits) {
+    gp_ctx *c = cs[0];
+    const gp_config *cfg = &c->m->cfg;
+    gp_backend *be = c->be;
     const gp_backend_ops *B = be->ops;
+    const int32_t V = cfg->n_vocab, E = cfg->n_embd;
+    for (int32_t t0 = 0; t0 < n; t0 += c->logit_rows) {
+        const int32_t rows = n - t0 < c->logit_rows ? n - t0 : c->logit_rows;
+        float *out = be->host_memory ? logits + (int64_t)t0 * V : c->logits; /* host memory: written in place */
+        B->linear(c->ws, out, x + (int64_t)t0 * E, &c->wb->lm_head, rows);
+        if (cfg->arch.final_softcap > 0) B->softcap(c->ws, out, (int64_t)rows * V, cfg->arch.final_softcap);
+        for (int32_t t = 0; t < rows; t++) {
+            const float *bias = cs[per_row ? t0 + t : 0]->steer.bias;
+            if (bias) B->add(c->ws, out + (int64_t)t * V, bias, V);
+        }
+        if (out == logits + (int64_t)t0 * V) continue;
+        gp_status s = B->finish(c->ws);
+        if (s) return s;
+        B->download(be, logits + (int64_t)t0 * V, out, (size_t)rows * V * sizeof(float));
+    }
+    return GP_OK;
+}
+
+gp_status gp_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_opts *o, int32_t t0,
+                           int32_t n_total, float *logits, int all) {
+    const gp_config *cfg = &c->m->cfg;
+    const gp_arch *a = &cfg->arch;
+    const gp_backend_ops *B = c->be->ops;
     gp_ws *ws = c->ws;
     const int32_t E = cfg->n_embd;
 
-    B->embed(ws, c->x, ids, n, &m->tok_embd, a->scale_embeddings ? (float)sqrt((double)E) : 1.0f);
+    B->embed(ws, c->x, ids, n, &c->wb->tok_embd, a->scale_embeddings ? (float)sqrt((double)E) : 1.0f);
     capture(c, o, 0, c->x, n, t0, n_total, E);
     for (int32_t l = 0; l < cfg->n_layers; l++) {
         attention_block(&c, 1, l, n);
@@ -103,42 +130,32 @@ void gp_forward_chunk(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_op
         gp_steer_apply(&c->steer, ws, l, c->x, n, E);
         if (l + 1 < cfg->n_layers) capture(c, o, l + 1, c->x, n, t0, n_total, E);
     }
-    B->rmsnorm(ws, c->x, c->x, &m->out_norm, n, E, cfg->norm_eps, a->norm_plus_one);
+    B->rmsnorm(ws, c->x, c->x, &c->wb->out_norm, n, E, cfg->norm_eps, a->norm_plus_one);
     capture(c, o, cfg->n_layers, c->x, n, t0, n_total, E);
-    if (logits) {
-        const int32_t V = cfg->n_vocab, rows = all ? n : 1;
-        float *out = be->host_memory ? logits : c->logits; /* backend memory is host memory: write in place */
-        B->linear(ws, out, c->x + (int64_t)(n - rows) * E, &m->lm_head, rows);
-        if (a->final_softcap > 0) B->softcap(ws, out, (int64_t)rows * V, a->final_softcap);
-        if (c->steer.bias)
-            for (int32_t t = 0; t < rows; t++) B->add(ws, out + (int64_t)t * V, c->steer.bias, V);
-        if (out != logits) B->download(be, logits, out, (size_t)rows * V * sizeof(float));
-    }
-    gp_cache_advance(gp_ctx_cache(c), n);
+    gp_status s = GP_OK;
+    if (logits) s = head(&c, 0, c->x + (int64_t)(all ? 0 : n - 1) * E, all ? n : 1, logits);
+    if (!s) s = B->finish(ws);
+    if (!s) gp_cache_advance(gp_ctx_cache(c), n);
+    return s;
 }
 
-void gp_forward_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, float *logits) {
+gp_status gp_forward_batch(gp_ctx *const *cs, int32_t n, const int32_t *ids, float *logits) {
     gp_ctx *c = cs[0];
-    const gp_model *m = c->m;
-    const gp_config *cfg = &m->cfg;
+    const gp_config *cfg = &c->m->cfg;
     const gp_arch *a = &cfg->arch;
-    gp_backend *be = m->be;
-    const gp_backend_ops *B = be->ops;
+    const gp_backend_ops *B = c->be->ops;
     gp_ws *ws = c->ws;
-    const int32_t E = cfg->n_embd, V = cfg->n_vocab;
+    const int32_t E = cfg->n_embd;
 
-    B->embed(ws, c->x, ids, n, &m->tok_embd, a->scale_embeddings ? (float)sqrt((double)E) : 1.0f);
+    B->embed(ws, c->x, ids, n, &c->wb->tok_embd, a->scale_embeddings ? (float)sqrt((double)E) : 1.0f);
     for (int32_t l = 0; l < cfg->n_layers; l++) {
         attention_block(cs, n, l, n);
         ffn_block(c, l, n);
         for (int32_t i = 0; i < n; i++) gp_steer_apply(&cs[i]->steer, ws, l, c->x + (int64_t)i * E, 1, E);
     }
-    B->rmsnorm(ws, c->x, c->x, &m->out_norm, n, E, cfg->norm_eps, a->norm_plus_one);
-    float *out = be->host_memory ? logits : c->logits;
-    B->linear(ws, out, c->x, &m->lm_head, n);
-    if (a->final_softcap > 0) B->softcap(ws, out, (int64_t)n * V, a->final_softcap);
-    for (int32_t i = 0; i < n; i++)
-        if (cs[i]->steer.bias) B->add(ws, out + (int64_t)i * V, cs[i]->steer.bias, V);
-    if (out != logits) B->download(be, logits, out, (size_t)n * V * sizeof(float));
-    for (int32_t i = 0; i < n; i++) gp_cache_advance(gp_ctx_cache(cs[i]), 1);
+    B->rmsnorm(ws, c->x, c->x, &c->wb->out_norm, n, E, cfg->norm_eps, a->norm_plus_one);
+    gp_status s = head(cs, 1, c->x, n, logits);
+    if (!s) s = B->finish(ws);
+    for (int32_t i = 0; i < n && !s; i++) gp_cache_advance(gp_ctx_cache(cs[i]), 1);
+    return s;
 }

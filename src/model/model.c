@@ -274,6 +274,8 @@ gp_status gp_model_load(const char *dir, const gp_model_params *params, gp_model
     if (!(m->inv_freq_sliding = gp_malloc((size_t)c->head_dim / 2, sizeof(float)))) goto fail;
     gp_rope_inv_freq(&c->rope_full, c->head_dim, m->inv_freq_full);
     gp_rope_inv_freq(&c->rope_sliding, c->head_dim, m->inv_freq_sliding);
+    m->host = (gp_bound){m->be, m->tok_embd, m->out_norm, m->lm_head, m->layers, m->inv_freq_full,
+                         m->inv_freq_sliding, 0};
 
     if (params->load_tokenizer) {
         char *tp = gp_path_join(dir, "tokenizer.json");
@@ -294,15 +296,113 @@ static void unbind_one(gp_model *m, gp_wt *w, void *ud) {
     if (w->data) m->be->ops->unbind_weight(m->be, w);
 }
 
+/* ---- the weights on a device ---- */
+
+/* Calls fn(src, dst) on every weight of the host binding and its place in b (each once; a tied lm_head is
+ * tok_embd). */
+static gp_status each_pair(const gp_model *m, gp_bound *b, gp_status (*fn)(gp_bound *b, const gp_wt *src, gp_wt *dst)) {
+    gp_status s = fn(b, &m->tok_embd, &b->tok_embd);
+    if (!s) s = fn(b, &m->out_norm, &b->out_norm);
+    if (!s && !m->lm_head_tied) s = fn(b, &m->lm_head.w, &b->lm_head.w);
+    for (int32_t l = 0; l < m->cfg.n_layers && !s && b->layers; l++) {
+        int req;
+        for (size_t i = 0; i < N_LAYER_WEIGHTS && !s; i++)
+            if (applies(&m->cfg.arch, &LAYER_WEIGHTS[i], &req))
+                s = fn(b, (const gp_wt *)((const char *)&m->layers[l] + LAYER_WEIGHTS[i].off),
+                       (gp_wt *)((char *)&b->layers[l] + LAYER_WEIGHTS[i].off));
+    }
+    return s;
+}
+
+static gp_status bind_pair(gp_bound *b, const gp_wt *src, gp_wt *dst) {
+    if (!src->data) return GP_OK;
+    gp_status s = b->be->ops->bind_weight(b->be, src, dst);
+    if (!s) b->bytes += gp_wt_bytes(src);
+    return s;
+}
+
+static gp_status unbind_pair(gp_bound *b, const gp_wt *src, gp_wt *dst) {
+    if (dst->data) b->be->ops->unbind_weight(b->be, dst);
+    return GP_OK;
+}
+
+static gp_status count_pair(gp_bound *b, const gp_wt *src, gp_wt *dst) {
+    b->bytes += gp_wt_bytes(src);
+    return GP_OK;
+}
+
+static void bound_free(gp_model *m, gp_bound *b) {
+    if (!b) return;
+    if (b->be) {
+        each_pair(m, b, unbind_pair);
+        b->be->ops->dealloc(b->be, (void *)b->inv_freq_full);
+        b->be->ops->dealloc(b->be, (void *)b->inv_freq_sliding);
+    }
+    gp_backend_free(b->be);
+    free(b->layers);
+    free(b);
+}
+
+/* The rope tables of b in its backend's memory. */
+static gp_status bind_rope(const gp_model *m, gp_bound *b) {
+    const size_t bytes = (size_t)m->cfg.head_dim / 2 * sizeof(float);
+    float *f = b->be->ops->alloc(b->be, bytes), *sl = b->be->ops->alloc(b->be, bytes);
+    b->inv_freq_full = f;
+    b->inv_freq_sliding = sl;
+    if (!f || !sl) return gp_set_error(GP_ERR_NOMEM, "%s: device %s: out of memory for the rope tables", m->dir,
+                                       b->be->name);
+    b->be->ops->upload(b->be, f, m->inv_freq_full, bytes);
+    b->be->ops->upload(b->be, sl, m->inv_freq_sliding, bytes);
+    return GP_OK;
+}
+
+/* A new binding of m's weights on the CUDA device: refused before anything is copied when they do not fit. */
+static gp_status bind_device(const gp_model *m, gp_bound **out) {
+    gp_bound *b = gp_calloc(1, sizeof *b);
+    if (!b) return GP_ERR_NOMEM;
+    gp_status s = gp_backend_cuda_init(0, &b->be);
+    if (!s && !(b->layers = gp_calloc((size_t)m->cfg.n_layers, sizeof *b->layers))) s = GP_ERR_NOMEM;
+    uint64_t total = 0, free_b = s ? 0 : b->be->ops->mem_free ? b->be->ops->mem_free(b->be, &total) : UINT64_MAX;
+    if (!s) each_pair(m, b, count_pair);
+    if (!s && b->bytes + (256u << 20) > free_b)
+        s = gp_set_error(GP_ERR_NOMEM, "%s: device %s: the weights need %.2f GB, the device has %.2f of %.2f GB free",
+                         m->dir, b->be->name, (double)b->bytes / 1e9, (double)free_b / 1e9, (double)total / 1e9);
+    b->bytes = 0;
+    if (!s) s = each_pair(m, b, bind_pair);
+    if (!s) s = bind_rope(m, b);
+    if (s) {
+        bound_free((gp_model *)m, b);
+        return s;
+    }
+    b->lm_head.w = m->lm_head_tied ? b->tok_embd : b->lm_head.w; /* the head has no bias and no LoRA terms */
+    *out = b;
+    return GP_OK;
+}
+
+gp_status gp_model_bound(const gp_model *cm, int32_t device, const gp_bound **out) {
+    gp_model *m = (gp_model *)cm; /* the device copy is a lazily built, immutable property of the model */
+    *out = NULL;
+    if (device == GP_DEVICE_CPU) {
+        *out = &m->host;
+        return GP_OK;
+    }
+    gp_status s = GP_OK;
+    pthread_mutex_lock(&m->fp_lock);
+    if (!m->dev) s = bind_device(m, &m->dev);
+    *out = m->dev;
+    pthread_mutex_unlock(&m->fp_lock);
+    return s;
+}
+
 void gp_model_free(gp_model *m) {
     if (!m) return;
+    bound_free(m, m->dev);
     if (m->be) each_weight(m, unbind_one, NULL);
     gp_backend_free(m->be);
     gp_gen_config_free_owned(&m->gen);
     gp_tokenizer_free(m->tok);
     gp_st_close(m->st);
     gp_config_free(&m->cfg);
-    gp_cuda_model_free(m->cuda);
     free(m->layers);
     free(m->inv_freq_full);
     free(m->inv_freq_sliding);

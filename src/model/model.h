@@ -7,7 +7,6 @@
 #include "io/safetensors.h"
 #include "kernels/backend.h"
 #include "model/config.h"
-#include "model/forward_cuda.h"
 
 #include <pthread.h>
 
@@ -22,6 +21,18 @@ typedef struct gp_layer {
     gp_wt ffn_post_norm;             /* post_feedforward_layernorm (sandwich norms)      [n_embd] */
     gp_linear gate, up, down;        /* mlp.{gate,up,down}_proj (+ bias: mlp_bias) */
 } gp_layer;
+
+/* The model's weights bound through one backend (what a context's forward reads, gp_ctx.wb): the CPU backend's
+ * views of the mapped files (m->host, bound at load), or a device backend's copies (bound by gp_model_bound when a
+ * context first asks for that device; immutable afterwards, shared by every context on it). */
+typedef struct gp_bound {
+    gp_backend *be;
+    gp_wt tok_embd, out_norm;
+    gp_linear lm_head;       /* lm_head.w is tok_embd when tied */
+    gp_layer *layers;        /* [n_layers] */
+    const float *inv_freq_full, *inv_freq_sliding; /* [head_dim/2] in backend memory */
+    uint64_t bytes;          /* backend memory the weights occupy (0 for views) */
+} gp_bound;
 
 /* Tensor name layouts: plain (model.layers...), a multimodal Gemma 3 in transformers 5 (model.language_model.layers...)
  * or in transformers 4 / mlx-vlm (language_model.model.layers..., language_model.lm_head.weight). */
@@ -45,10 +56,16 @@ struct gp_model {
     gp_backend *be;         /* the backend instance the weights are bound to (owned) */
     int32_t max_lora_rank;  /* largest sum of LoRA ranks of one linear (workspace scratch); 0 = no adapter */
     int layout;             /* GP_LAYOUT_*: where the language model's tensors are in the checkpoint */
-    pthread_mutex_t fp_lock; /* guards the lazily computed fingerprint and the lazily uploaded device copy */
+    pthread_mutex_t fp_lock; /* guards the lazily computed fingerprint and the lazily bound device copy */
     uint64_t fingerprint;    /* hash of config.json + every tensor (0 = not computed yet) */
-    gp_cuda_model *cuda;     /* the weights on the GPU (first GP_DEVICE_CUDA context), else NULL */
+    gp_bound host;           /* the weights above as the forward reads them on the CPU */
+    gp_bound *dev;           /* the weights on the CUDA device (first GP_DEVICE_CUDA context), else NULL */
 };
+
+/* The model's weights on device (GP_DEVICE_CPU: m->host; GP_DEVICE_CUDA: bound on the first call, which creates the
+ * device backend and refuses a model that does not fit in its free memory, naming the sizes).  *out is owned by the
+ * model. */
+gp_status gp_model_bound(const gp_model *m, int32_t device, const gp_bound **out);
 
 /* The checkpoint's name of canonical tensor name canon ("model.layers.0.self_attn.q_proj.weight", "lm_head.weight"):
  * canon itself, or its nested form in buf [cap] for a multimodal checkpoint. */

@@ -45,6 +45,7 @@ const char *gp_status_str(gp_status s) {
     case GP_ERR_STATE: return "GP_ERR_STATE";
     case GP_ERR_CANCELLED: return "GP_ERR_CANCELLED";
     case GP_ERR_TEMPLATE: return "GP_ERR_TEMPLATE";
+    case GP_ERR_DEVICE: return "GP_ERR_DEVICE";
     }
     return "GP_ERR_UNKNOWN";
 }

@@ -62,7 +62,7 @@ TEST(batch_bit_identical_to_alone) {
         REQUIRE(alone[i].steps && inb[i].steps);
     }
     /* alone: one context, one sequence at a time, 1 thread */
-    gp_ctx_params cp = gp_ctx_default_params();
+    gp_ctx_params cp = fx_default_params();
     cp.n_threads = 1;
     gp_ctx *c = NULL;
     CHECK_STATUS(gp_ctx_init(m, &cp, &c), GP_OK);
@@ -116,8 +116,8 @@ TEST(batch_refuses_bad_batches) {
     gp_model *m = fx_load_model("shakespeare-llama", 0);
     if (!m) return;
     gp_ctx *c = NULL, *c2 = NULL;
-    CHECK_STATUS(gp_ctx_init(m, NULL, &c), GP_OK);
-    CHECK_STATUS(gp_ctx_init(m, NULL, &c2), GP_OK);
+    CHECK_STATUS(gp_ctx_init(m, fx_params(), &c), GP_OK);
+    CHECK_STATUS(gp_ctx_init(m, fx_params(), &c2), GP_OK);
     gp_gen_config g = gp_model_gen_config(m);
     g.max_new_tokens = 2;
     gp_gen_result r[2];

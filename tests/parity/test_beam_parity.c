@@ -32,7 +32,7 @@ static void check_model(const char *name) {
     }
     gp_model *m = fx_load_model(name, 1);
     gp_ctx *c = NULL;
-    if (m) CHECK_STATUS(gp_ctx_init(m, NULL, &c), GP_OK);
+    if (m) CHECK_STATUS(gp_ctx_init(m, fx_params(), &c), GP_OK);
     const cJSON *mref = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "models"), name);
     const cJSON *cfgs = cJSON_GetObjectItem(ref, "configs");
     const int max_new = cJSON_GetObjectItem(ref, "max_new_tokens") ? cJSON_GetObjectItem(ref, "max_new_tokens")->valueint : 0;

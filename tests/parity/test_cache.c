@@ -41,7 +41,7 @@ static int32_t *extend_greedy(gp_model *m, const int32_t *ids, int n, int extra)
     memcpy(seq, ids, (size_t)n * sizeof *seq);
     float *lg = malloc((size_t)V * sizeof(float));
     gp_ctx *c;
-    if (gp_ctx_init(m, NULL, &c) != GP_OK) abort();
+    if (gp_ctx_init(m, fx_params(), &c) != GP_OK) abort();
     gp_ctx_eval(c, ids, n, NULL, lg);
     for (int s = 0; s < extra; s++) {
         int32_t id = 0;
@@ -70,7 +70,7 @@ static void check_reuse(const char *name) {
     for (int i = 0; i < 6; i++) turn2[total + i] = p[i % n];
     float *fresh = malloc((size_t)V * sizeof(float)), *reused = malloc((size_t)V * sizeof(float));
     gp_ctx *c;
-    REQUIRE(gp_ctx_init(m, NULL, &c) == GP_OK);
+    REQUIRE(gp_ctx_init(m, fx_params(), &c) == GP_OK);
     CHECK_STATUS(gp_ctx_eval(c, turn2, total + 6, NULL, fresh), GP_OK);
     gp_ctx_reset(c);
     int32_t r;
@@ -125,12 +125,12 @@ TEST(cache_file_round_trip_and_refusals) {
     char *dir = gp_test_tmpdir();
     char *path = gp_path_join(dir, "prefix.safetensors");
     gp_ctx *c;
-    REQUIRE(gp_ctx_init(m, NULL, &c) == GP_OK);
+    REQUIRE(gp_ctx_init(m, fx_params(), &c) == GP_OK);
     CHECK_STATUS(gp_ctx_eval(c, p, n - 5, NULL, NULL), GP_OK);
     CHECK_STATUS(gp_ctx_cache_save(c, path), GP_OK);
     gp_ctx_free(c);
     /* load into a fresh context and finish the prompt == the whole prompt at once */
-    REQUIRE(gp_ctx_init(m, NULL, &c) == GP_OK);
+    REQUIRE(gp_ctx_init(m, fx_params(), &c) == GP_OK);
     CHECK_STATUS(gp_ctx_cache_load(c, path), GP_OK);
     int32_t nt;
     const int32_t *toks = gp_ctx_tokens(c, &nt);
@@ -143,19 +143,19 @@ TEST(cache_file_round_trip_and_refusals) {
     CHECK(!memcmp(a, b, (size_t)V * sizeof(float)));
     gp_ctx_free(c);
     /* another model: refused, naming the fingerprint; the context stays usable */
-    REQUIRE(gp_ctx_init(other, NULL, &c) == GP_OK);
+    REQUIRE(gp_ctx_init(other, fx_params(), &c) == GP_OK);
     CHECK_STATUS(gp_ctx_cache_load(c, path), GP_ERR_STATE);
     CHECK(strstr(gp_errmsg(), "model_fingerprint") && strstr(gp_errmsg(), path));
     CHECK_STATUS(gp_ctx_eval(c, p, 3, NULL, NULL), GP_OK);
     gp_ctx_free(c);
     /* a context with another cache kind, or too small an n_ctx */
-    gp_ctx_params cp = gp_ctx_default_params();
+    gp_ctx_params cp = fx_default_params();
     cp.kv_bits = 8;
     REQUIRE(gp_ctx_init(m, &cp, &c) == GP_OK);
     CHECK_STATUS(gp_ctx_cache_load(c, path), GP_ERR_STATE);
     CHECK(strstr(gp_errmsg(), "kv_bits") != NULL);
     gp_ctx_free(c);
-    cp = gp_ctx_default_params();
+    cp = fx_default_params();
     cp.n_ctx = 8;
     REQUIRE(gp_ctx_init(m, &cp, &c) == GP_OK);
     CHECK_STATUS(gp_ctx_cache_load(c, path), GP_ERR_RANGE);
@@ -170,7 +170,7 @@ TEST(cache_file_round_trip_and_refusals) {
     FILE *f = fopen(trunc, "wb");
     fwrite(text, 1, len - 40, f);
     fclose(f);
-    REQUIRE(gp_ctx_init(m, NULL, &c) == GP_OK);
+    REQUIRE(gp_ctx_init(m, fx_params(), &c) == GP_OK);
     CHECK_STATUS(gp_ctx_eval(c, p, 4, NULL, NULL), GP_OK);
     CHECK(gp_ctx_cache_load(c, trunc) != GP_OK);
     CHECK(strstr(gp_errmsg(), trunc) != NULL);
@@ -220,10 +220,10 @@ TEST(cache_rotating) {
         float *a = malloc((size_t)total * V * sizeof(float)), *b = malloc((size_t)total * V * sizeof(float));
         gp_eval_opts all = {.all_logits = 1};
         gp_ctx *c;
-        REQUIRE(gp_ctx_init(m, NULL, &c) == GP_OK);
+        REQUIRE(gp_ctx_init(m, fx_params(), &c) == GP_OK);
         CHECK_STATUS(gp_ctx_eval(c, seq, total, &all, a), GP_OK);
         gp_ctx_free(c);
-        gp_ctx_params cp = gp_ctx_default_params();
+        gp_ctx_params cp = fx_default_params();
         cp.max_kv_size = total;
         cp.keep = 4;
         cp.prefill_chunk = 7;
@@ -293,7 +293,7 @@ TEST(cache_quantized_kl_every_model) {
         const int32_t V = gp_model_n_vocab(m);
         float *ref = malloc((size_t)KL_STEPS * V * sizeof(float)), *q = malloc((size_t)KL_STEPS * V * sizeof(float));
         uint64_t f32_bytes, qb;
-        gp_ctx_params cp = gp_ctx_default_params();
+        gp_ctx_params cp = fx_default_params();
         decode_logits(m, &cp, seq, n, seq + n, ref, &f32_bytes);
         const int bits[] = {8, 4};
         double kl8 = 0;
@@ -335,7 +335,7 @@ TEST(cache_fork_is_copy_on_write_and_named) {
     const int32_t V = gp_model_n_vocab(m);
     float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
     gp_ctx *c;
-    REQUIRE(gp_ctx_init(m, NULL, &c) == GP_OK);
+    REQUIRE(gp_ctx_init(m, fx_params(), &c) == GP_OK);
     CHECK_STR(gp_ctx_cache_name(c), "default");
     CHECK_STATUS(gp_ctx_eval(c, p, n - 2, NULL, NULL), GP_OK);
     uint64_t before = gp_ctx_kv_bytes(c);
@@ -368,7 +368,7 @@ TEST(cache_fork_is_copy_on_write_and_named) {
 TEST(cache_memory_limit_refuses_prefill) {
     gp_model *m = fx_load_model("tiny-llama", 0);
     if (!m) return;
-    gp_ctx_params cp = gp_ctx_default_params();
+    gp_ctx_params cp = fx_default_params();
     gp_ctx *c;
     REQUIRE(gp_ctx_init(m, &cp, &c) == GP_OK);
     gp_mem_info mi;

@@ -50,7 +50,7 @@ static void check_model(const char *name) {
     CHECK_STATUS(gp_model_load(dir, NULL, &m), GP_OK);
     free(dir);
     gp_ctx *c = NULL;
-    if (m) CHECK_STATUS(gp_ctx_init(m, NULL, &c), GP_OK);
+    if (m) CHECK_STATUS(gp_ctx_init(m, fx_params(), &c), GP_OK);
     if (!ref || !c) {
         cJSON_Delete(ref);
         gp_ctx_free(c);
@@ -141,7 +141,7 @@ TEST(generate_seeded_sampling_is_reproducible) {
     int32_t first[40];
     int n_first = -1;
     for (int run = 0; run < 3; run++) {
-        gp_ctx_params cp = gp_ctx_default_params();
+        gp_ctx_params cp = fx_default_params();
         cp.n_threads = threads[run];
         cp.prefill_chunk = chunks[run];
         gp_ctx *c = NULL;

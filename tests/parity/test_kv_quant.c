@@ -23,7 +23,7 @@ static void make_ids(int32_t *ids, int n, int32_t V) {
 }
 
 static gp_ctx_params qparams(int bits, int chunk) {
-    gp_ctx_params p = gp_ctx_default_params();
+    gp_ctx_params p = fx_default_params();
     p.n_ctx = 128;
     p.kv_bits = bits;
     p.kv_group_size = 32;

@@ -42,7 +42,7 @@ TEST(lora_greedy_48_both_layouts) {
             CHECK_STATUS(gp_adapter_load(m, adapter_dir(name, LAYOUTS[li]), &a), GP_OK);
             if (!a) continue;
             gp_ctx *c = NULL;
-            CHECK_STATUS(gp_ctx_init(m, NULL, &c), GP_OK);
+            CHECK_STATUS(gp_ctx_init(m, fx_params(), &c), GP_OK);
             CHECK_STATUS(gp_ctx_set_adapters(c, &a, NULL, 1), GP_OK);
             int ok = 0, total = 0, pi = 0;
             const cJSON *p;
@@ -79,7 +79,7 @@ TEST(lora_greedy_48_both_layouts) {
 /* Last-position logits of ids on a fresh context with adapter a (NULL: none). */
 static void logits_with(gp_model *m, gp_adapter *a, const int32_t *ids, int n, float *out) {
     gp_ctx *c = NULL;
-    CHECK_STATUS(gp_ctx_init(m, NULL, &c), GP_OK);
+    CHECK_STATUS(gp_ctx_init(m, fx_params(), &c), GP_OK);
     if (a) CHECK_STATUS(gp_ctx_set_adapters(c, &a, NULL, 1), GP_OK);
     CHECK_STATUS(gp_ctx_eval(c, ids, n, NULL, out), GP_OK);
     gp_ctx_free(c);
@@ -99,7 +99,7 @@ TEST(lora_hot_swap_and_cache_provenance) {
     CHECK(fx_max_abs_diff(fa, f0, V) > 1e-3); /* the adapter changes the logits */
     /* one context: A, none, A, then A at scale 0.5 -> each equal to a fresh context (bit for bit) */
     gp_ctx *c = NULL;
-    REQUIRE(gp_ctx_init(m, NULL, &c) == GP_OK);
+    REQUIRE(gp_ctx_init(m, fx_params(), &c) == GP_OK);
     gp_adapter *const sets[3] = {a, NULL, a};
     float *const want[3] = {fa, f0, fa};
     for (int k = 0; k < 3; k++) {

@@ -21,7 +21,7 @@ static void check_model(const char *name) {
     cJSON *ref = rf.json;
     gp_st_set *st = rf.st;
     gp_ctx *c = NULL;
-    CHECK_STATUS(gp_ctx_init(m, NULL, &c), GP_OK);
+    CHECK_STATUS(gp_ctx_init(m, fx_params(), &c), GP_OK);
     const int32_t V = gp_model_n_vocab(m), E = gp_model_n_embd(m), L = gp_model_n_layers(m);
     const cJSON *prompts = cJSON_GetObjectItem(ref, "prompts");
     int pi = 0;

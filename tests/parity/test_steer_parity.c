@@ -49,7 +49,7 @@ static void check_steering(const char *name) {
         snprintf(spec, sizeof spec, "%s:steer.vector", rs);
         CHECK_STATUS(gp_steer_vector_load(spec, &vec, &nv), GP_OK);
         CHECK_EQ_INT(nv, gp_model_n_embd(m));
-        CHECK_STATUS(gp_ctx_init(m, NULL, &c), GP_OK);
+        CHECK_STATUS(gp_ctx_init(m, fx_params(), &c), GP_OK);
     }
     if (!c || !vec) goto done;
     const cJSON *p0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "prompts"), 0);

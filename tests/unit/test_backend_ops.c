@@ -4,6 +4,7 @@
  * with 1 and 3 threads.  Data moves in and out only through the backend's alloc / upload / download, so the same
  * harness runs on a device backend.  Tolerances are stated per op and the maximum errors are printed.
  * (In the spirit of llama.cpp's test-backend-ops.) */
+#include "backend_util.h"
 #include "kernels/backend.h"
 #include "test.h"
 #include "util/util.h"
@@ -13,11 +14,29 @@
 #include <string.h>
 
 typedef gp_status (*backend_init_fn)(const gp_backend_params *p, gp_backend **out);
+
+#ifdef GP_CUDA
+static gp_status cuda_init(const gp_backend_params *p, gp_backend **out) { return gp_backend_cuda_init(0, out); }
+#endif
+
 static const struct {
     const char *name;
     backend_init_fn init;
-} BACKENDS[] = {{"cpu", gp_backend_cpu_init}};
+} BACKENDS[] = {
+    {"cpu", gp_backend_cpu_init},
+#ifdef GP_CUDA
+    {"cuda", cuda_init},
+#endif
+};
 #define N_BACKENDS (sizeof BACKENDS / sizeof BACKENDS[0])
+
+/* Backend b, or NULL (a note, not a failure) when it cannot run here (a CUDA build without a GPU). */
+static gp_backend *open_backend(size_t b) {
+    gp_backend *be = NULL;
+    if (BACKENDS[b].init(NULL, &be) == GP_OK) return be;
+    NOTE("%s: not available here (%s)", BACKENDS[b].name, gp_errmsg());
+    return NULL;
+}
 
 static float frand(uint32_t *s) {
     *s = *s * 1664525u + 1013904223u;
@@ -28,20 +47,6 @@ static float *rand_vec(size_t n, uint32_t seed, float amp) {
     float *v = malloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++) v[i] = amp * frand(&seed);
     return v;
-}
-
-/* A backend buffer holding host floats h [n]. */
-static float *dev_from(gp_backend *be, const float *h, size_t n) {
-    float *d = be->ops->alloc(be, n * sizeof(float));
-    if (d && n) be->ops->upload(be, d, h, n * sizeof(float));
-    return d;
-}
-
-/* Host copy of backend buffer d [n] (caller frees). */
-static float *host_of(gp_backend *be, const float *d, size_t n) {
-    float *h = malloc((n ? n : 1) * sizeof(float));
-    if (n) be->ops->download(be, h, d, n * sizeof(float));
-    return h;
 }
 
 /* A weight [rows, cols] in format f from float values v (rounded to the format), bound through the backend;
@@ -99,13 +104,13 @@ static double linear_case(gp_backend *be, gp_wfmt f, int64_t out, int64_t in, in
     }
     L.lora = n_lora ? lora : NULL;
     L.n_lora = n_lora;
-    float *dx = dev_from(be, x, (size_t)(n * in)), *dy = be->ops->alloc(be, sizeof(float) * (size_t)(n * out));
+    float *dx = bu_dev_from(be, x, (size_t)(n * in)), *dy = be->ops->alloc(be, sizeof(float) * (size_t)(n * out));
     float *got[2] = {NULL, NULL};
     const int32_t threads[2] = {1, 3};
     for (int ti = 0; ti < 2; ti++) {
         gp_ws *ws = make_ws(be, threads[ti], n, 1, 1, rank_sum);
         be->ops->linear(ws, dy, dx, &L, n);
-        got[ti] = host_of(be, dy, (size_t)(n * out));
+        got[ti] = bu_host_of(be, ws, dy, (size_t)(n * out));
         be->ops->ws_free(ws);
     }
     *same = !memcmp(got[0], got[1], sizeof(float) * (size_t)(n * out));
@@ -149,8 +154,8 @@ TEST(backend_ops_linear) {
     const int64_t shapes[][2] = {{1, 1}, {7, 13}, {33, 100}, {130, 37}, {257, 64}};
     const int32_t ns[] = {1, 4, 9};
     for (size_t b = 0; b < N_BACKENDS; b++) {
-        gp_backend *be;
-        REQUIRE(BACKENDS[b].init(NULL, &be) == GP_OK);
+        gp_backend *be = open_backend(b);
+        if (!be) continue;
         double worst = 0;
         int cases = 0, all_same = 1;
         for (size_t f = 0; f < 3; f++)
@@ -184,8 +189,8 @@ static double max_abs_diff(const float *a, const double *b, size_t n) {
 TEST(backend_ops_elementwise) {
     const int32_t n = 5, d = 37, heads = 3, hd = 10;
     for (size_t b = 0; b < N_BACKENDS; b++) {
-        gp_backend *be;
-        REQUIRE(BACKENDS[b].init(NULL, &be) == GP_OK);
+        gp_backend *be = open_backend(b);
+        if (!be) continue;
         gp_ws *ws = make_ws(be, 3, n, 1, hd, 0);
         REQUIRE(ws);
         const size_t N = (size_t)n * d;
@@ -193,13 +198,13 @@ TEST(backend_ops_elementwise) {
         double *ref = malloc(sizeof(double) * N);
         void *hw;
         gp_wt w = make_weight(be, GP_WFMT_BF16, wv, 1, d, we, &hw);
-        float *dx = dev_from(be, x, N), *du = dev_from(be, u, N), *got;
+        float *dx = bu_dev_from(be, x, N), *du = bu_dev_from(be, u, N), *got;
         double e[8] = {0};
         /* rmsnorm, both conventions */
         for (int po = 0; po < 2; po++) {
             be->ops->upload(be, dx, x, N * sizeof(float));
             be->ops->rmsnorm(ws, dx, dx, &w, n, d, 1e-5f, po);
-            got = host_of(be, dx, N);
+            got = bu_host_of(be, ws, dx, N);
             for (int32_t t = 0; t < n; t++) {
                 double ss = 0;
                 for (int32_t i = 0; i < d; i++) ss += (double)x[t * d + i] * x[t * d + i];
@@ -213,7 +218,7 @@ TEST(backend_ops_elementwise) {
         for (int act = 0; act < 2; act++) {
             be->ops->upload(be, dx, x, N * sizeof(float));
             be->ops->glu(ws, dx, du, (int64_t)N, (gp_act)act);
-            got = host_of(be, dx, N);
+            got = bu_host_of(be, ws, dx, N);
             for (size_t i = 0; i < N; i++) {
                 const double g = x[i];
                 ref[i] = (act == GP_ACT_SILU ? g / (1 + exp(-g))
@@ -225,19 +230,20 @@ TEST(backend_ops_elementwise) {
         /* add, add_row, softcap */
         be->ops->upload(be, dx, x, N * sizeof(float));
         be->ops->add(ws, dx, du, (int64_t)N);
-        float *dv = dev_from(be, wv, (size_t)d);
+        float *dv = bu_dev_from(be, wv, (size_t)d);
         be->ops->add_row(ws, dx, dv, 0.75f, n, d);
         be->ops->softcap(ws, dx, (int64_t)N, 3.0f);
-        got = host_of(be, dx, N);
+        got = bu_host_of(be, ws, dx, N);
         for (size_t i = 0; i < N; i++) ref[i] = 3.0 * tanh(((double)x[i] + u[i] + 0.75 * wv[i % d]) / 3.0);
         e[2] = max_abs_diff(got, ref, N);
         free(got);
         /* rope on [n, heads, hd] at pos0 = 11 */
         float inv_freq[5];
         for (int i = 0; i < hd / 2; i++) inv_freq[i] = powf(10000.0f, -2.0f * i / hd);
-        float *r = rand_vec((size_t)n * heads * hd, 4, 2), *dr = dev_from(be, r, (size_t)n * heads * hd);
-        be->ops->rope(ws, dr, n, heads, hd, 11, inv_freq);
-        got = host_of(be, dr, (size_t)n * heads * hd);
+        float *r = rand_vec((size_t)n * heads * hd, 4, 2), *dr = bu_dev_from(be, r, (size_t)n * heads * hd);
+        float *dinv = bu_dev_from(be, inv_freq, (size_t)hd / 2); /* rope tables are backend memory */
+        be->ops->rope(ws, dr, n, heads, hd, 11, dinv);
+        got = bu_host_of(be, ws, dr, (size_t)n * heads * hd);
         double *rr = malloc(sizeof(double) * (size_t)n * heads * hd);
         for (int32_t t = 0; t < n; t++)
             for (int32_t h = 0; h < heads; h++)
@@ -255,7 +261,7 @@ TEST(backend_ops_elementwise) {
         void *ht;
         gp_wt table = make_weight(be, GP_WFMT_F16, tv, V, d, te, &ht);
         be->ops->embed(ws, dx, ids, n, &table, 1.5f);
-        got = host_of(be, dx, N);
+        got = bu_host_of(be, ws, dx, N);
         for (int32_t t = 0; t < n; t++)
             for (int32_t i = 0; i < d; i++) ref[t * d + i] = 1.5 * te[ids[t] * d + i];
         e[4] = max_abs_diff(got, ref, N);
@@ -265,8 +271,8 @@ TEST(backend_ops_elementwise) {
         for (int i = 0; i < 5; i++) CHECK(e[i] < 1e-5);
         be->ops->unbind_weight(be, &w);
         be->ops->unbind_weight(be, &table);
-        float *bufs[] = {dx, du, dv, dr};
-        for (int i = 0; i < 4; i++) be->ops->dealloc(be, bufs[i]);
+        float *bufs[] = {dx, du, dv, dr, dinv};
+        for (int i = 0; i < 5; i++) be->ops->dealloc(be, bufs[i]);
         be->ops->ws_free(ws);
         free(x), free(u), free(wv), free(we), free(ref), free(hw), free(r), free(rr), free(tv), free(te), free(ht);
         gp_backend_free(be);
@@ -317,18 +323,20 @@ static void kv_row(gp_backend *be, const gp_kv_rows *s, int32_t r, int quant, fl
 TEST(backend_ops_kv_store_copy) {
     const int32_t kvd = 44, rows = 6;
     for (size_t b = 0; b < N_BACKENDS; b++) {
-        gp_backend *be;
-        REQUIRE(BACKENDS[b].init(NULL, &be) == GP_OK);
+        gp_backend *be = open_backend(b);
+        if (!be) continue;
         gp_ws *ws = make_ws(be, 2, rows, 1, 1, 0);
         float *x = rand_vec((size_t)rows * kvd, 9, 3), row[64], row2[64];
         double worst[2] = {0, 0};
         for (int bits = 4; bits <= 8; bits += 4) {
             gp_kv_rows a = kv_alloc(be, rows, kvd, bits, 32), c = kv_alloc(be, rows, kvd, bits, 32);
-            float *dx = dev_from(be, x, (size_t)rows * kvd);
-            be->ops->kv_store(ws, &a, 0, dx, rows, 1);
-            be->ops->kv_store(ws, &a, 0, dx, 2, 0);
-            be->ops->kv_copy(ws, &c, 1, &a, 0, rows - 1, 1);
-            be->ops->kv_copy(ws, &c, 3, &a, 0, 2, 0);
+            gp_kv_rows a2 = kv_alloc(be, rows, kvd, bits, 32), c2 = kv_alloc(be, rows, kvd, bits, 32);
+            float *dx = bu_dev_from(be, x, (size_t)rows * kvd);
+            be->ops->kv_store(ws, &a, &a2, 0, dx, dx, rows, 1);
+            be->ops->kv_store(ws, &a, &a2, 0, dx, dx, 2, 0);
+            be->ops->kv_copy(ws, &c, &c2, 1, &a, &a2, 0, rows - 1, 1);
+            be->ops->kv_copy(ws, &c, &c2, 3, &a, &a2, 0, 2, 0);
+            CHECK_STATUS(be->ops->finish(ws), GP_OK);
             for (int32_t r = 0; r < rows; r++) {
                 kv_row(be, &a, r, 1, row);
                 for (int32_t g = 0; g < (kvd + 31) / 32; g++) { /* error <= half a quantization step */
@@ -339,16 +347,22 @@ TEST(backend_ops_kv_store_copy) {
                     for (int32_t i = g * 32; i < kvd && i < g * 32 + 32; i++)
                         worst[bits / 8] = fmax(worst[bits / 8], fabs(row[i] - x[r * kvd + i]) / step);
                 }
+                kv_row(be, &a2, r, 1, row2); /* the values' rows: the same numbers */
+                CHECK(!memcmp(row, row2, sizeof(float) * kvd));
                 if (r + 1 < rows) { /* copies are exact */
                     kv_row(be, &c, r + 1, 1, row2);
+                    CHECK(!memcmp(row, row2, sizeof(float) * kvd));
+                    kv_row(be, &c2, r + 1, 1, row2);
                     CHECK(!memcmp(row, row2, sizeof(float) * kvd));
                 }
             }
             kv_row(be, &c, 4, 0, row);
             CHECK(!memcmp(row, x + kvd, sizeof(float) * kvd));
+            kv_row(be, &c2, 4, 0, row);
+            CHECK(!memcmp(row, x + kvd, sizeof(float) * kvd));
             be->ops->dealloc(be, dx);
-            kv_free(be, &a);
-            kv_free(be, &c);
+            kv_free(be, &a), kv_free(be, &a2);
+            kv_free(be, &c), kv_free(be, &c2);
         }
         NOTE("%s kv_store: max error / quantization step %.3f (4-bit), %.3f (8-bit) (tol 0.5 + 1e-4); kv_copy exact",
              BACKENDS[b].name, worst[0], worst[1]);
@@ -377,20 +391,20 @@ static void attention_case(gp_backend *be, int32_t hd, float softcap, double *er
     for (int32_t s = 0; s < d.n_seg; s++)
         for (int32_t j = segs[s].p0; j < segs[s].p1; j++) {
             float *kr = rand_vec((size_t)kvd, 100 + (uint32_t)j, 2), *vr = rand_vec((size_t)kvd, 200 + (uint32_t)j, 2);
-            float *dk = dev_from(be, kr, (size_t)kvd), *dv = dev_from(be, vr, (size_t)kvd);
+            float *dk = bu_dev_from(be, kr, (size_t)kvd), *dv = bu_dev_from(be, vr, (size_t)kvd);
             const int32_t r = segs[s].r0 + (j - segs[s].p0);
-            be->ops->kv_store(ws1, &d.k[segs[s].src], r, dk, 1, segs[s].quant);
-            be->ops->kv_store(ws1, &d.v[segs[s].src], r, dv, 1, segs[s].quant);
+            be->ops->kv_store(ws1, &d.k[segs[s].src], &d.v[segs[s].src], r, dk, dv, 1, segs[s].quant);
+            CHECK_STATUS(be->ops->finish(ws1), GP_OK);
             be->ops->dealloc(be, dk), be->ops->dealloc(be, dv), free(kr), free(vr);
         }
-    float *q = rand_vec((size_t)N * NH * hd, 7, 2), *dq = dev_from(be, q, (size_t)N * NH * hd);
+    float *q = rand_vec((size_t)N * NH * hd, 7, 2), *dq = bu_dev_from(be, q, (size_t)N * NH * hd);
     float *dout = be->ops->alloc(be, sizeof(float) * N * NH * hd), *got[2];
     gp_attn_args a = {.out = dout, .q = dq, .kv = &d, .n = N, .pos0 = POS0, .n_heads = NH, .n_kv = NKV,
                       .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .softcap = softcap};
     gp_ws *wss[2] = {ws1, ws3};
     for (int i = 0; i < 2; i++) {
         be->ops->attention(wss[i], &a);
-        got[i] = host_of(be, dout, (size_t)N * NH * hd);
+        got[i] = bu_host_of(be, wss[i], dout, (size_t)N * NH * hd);
     }
     *same = !memcmp(got[0], got[1], sizeof(float) * N * NH * hd);
     /* the reference: every held position's rows as the storages hold them */
@@ -434,8 +448,8 @@ static void attention_case(gp_backend *be, int32_t hd, float softcap, double *er
 TEST(backend_ops_attention) {
     const int32_t hds[] = {12, 16, 32};
     for (size_t b = 0; b < N_BACKENDS; b++) {
-        gp_backend *be;
-        REQUIRE(BACKENDS[b].init(NULL, &be) == GP_OK);
+        gp_backend *be = open_backend(b);
+        if (!be) continue;
         double worst = 0;
         int all_same = 1;
         for (size_t i = 0; i < 3; i++)
@@ -451,6 +465,100 @@ TEST(backend_ops_attention) {
              BACKENDS[b].name, worst, all_same ? "identical" : "DIFFER");
         CHECK(worst < 1e-5);
         CHECK(all_same);
+        gp_backend_free(be);
+    }
+}
+
+/* ---- composite ops ---- */
+
+/* 1 when backend buffers a and b [n] hold the same bits (after ws's ops). */
+static int same_bits(gp_backend *be, gp_ws *ws, const float *a, const float *b, size_t n) {
+    float *x = bu_host_of(be, ws, a, n), *y = bu_host_of(be, ws, b, n);
+    const int same = !memcmp(x, y, n * sizeof(float));
+    free(x), free(y);
+    return same;
+}
+
+/* linears, linear_glu, linear_add and rope_qk against the ops they are made of, in one compute mode, for n tokens;
+ * returns the number of ops whose bits differ. */
+static int composite_case(gp_backend *be, int32_t compute, int32_t n) {
+    enum { E = 48, Q = 32, KV = 16, F = 40, HD = 8 };
+    gp_ws_params p = {.n_threads = 2, .max_tokens = n, .max_keys = 1, .head_dim = HD, .compute = compute,
+                      .max_cols = F};
+    gp_ws *ws = NULL;
+    if (be->ops->ws_init(be, &p, &ws) != GP_OK) return 1;
+    const int64_t rows[5] = {Q, KV, KV, F, F};
+    gp_linear L[5];
+    void *hw[5], *hb[5];
+    for (int i = 0; i < 5; i++) {
+        float *v = rand_vec((size_t)(rows[i] * E), 40 + (uint32_t)i, 1), *e = malloc(sizeof(float) * rows[i] * E);
+        float *bv = rand_vec((size_t)rows[i], 50 + (uint32_t)i, 1), *be_ = malloc(sizeof(float) * rows[i]);
+        L[i] = (gp_linear){make_weight(be, i == 2 ? GP_WFMT_F16 : GP_WFMT_BF16, v, rows[i], E, e, &hw[i]), {0}, NULL, 0};
+        hb[i] = NULL;
+        if (i != 1) L[i].bias = make_weight(be, GP_WFMT_BF16, bv, 1, rows[i], be_, &hb[i]);
+        free(v), free(e), free(bv), free(be_);
+    }
+    float *x = rand_vec((size_t)n * E, 3, 2), *dx = bu_dev_from(be, x, (size_t)n * E);
+    float *a[5], *b[5];
+    for (int i = 0; i < 5; i++) a[i] = be->ops->alloc(be, sizeof(float) * n * F), b[i] = be->ops->alloc(be, sizeof(float) * n * F);
+    int bad = 0;
+    /* q, k, v in one call */
+    const gp_linear *three[3] = {&L[0], &L[1], &L[2]};
+    be->ops->linears(ws, 3, a, dx, three, n);
+    for (int i = 0; i < 3; i++) be->ops->linear(ws, b[i], dx, &L[i], n);
+    for (int i = 0; i < 3; i++) bad += !same_bits(be, ws, a[i], b[i], (size_t)(n * rows[i]));
+    /* act(gate) * up */
+    be->ops->linear_glu(ws, a[3], a[4], dx, &L[3], &L[4], n, GP_ACT_GELU_TANH);
+    be->ops->linear(ws, b[3], dx, &L[3], n);
+    be->ops->linear(ws, b[4], dx, &L[4], n);
+    be->ops->glu(ws, b[3], b[4], (int64_t)n * F, GP_ACT_GELU_TANH);
+    bad += !same_bits(be, ws, a[3], b[3], (size_t)(n * F));
+    /* the residual add: y += linear(x) */
+    float *r = rand_vec((size_t)n * Q, 8, 3);
+    be->ops->upload(be, a[0], r, sizeof(float) * n * Q);
+    be->ops->upload(be, b[0], r, sizeof(float) * n * Q);
+    be->ops->linear_add(ws, a[0], a[1], dx, &L[0], n);
+    be->ops->linear(ws, b[1], dx, &L[0], n);
+    be->ops->add(ws, b[0], b[1], (int64_t)n * Q);
+    bad += !same_bits(be, ws, a[0], b[0], (size_t)(n * Q));
+    /* per-head norms, then rope, of q [n, 4, 8] and k [n, 2, 8] */
+    float inv[HD / 2], *nv = rand_vec(HD, 9, 1), *ne = malloc(sizeof(float) * HD), *dinv;
+    void *hn;
+    for (int i = 0; i < HD / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / HD);
+    gp_wt norm = make_weight(be, GP_WFMT_BF16, nv, 1, HD, ne, &hn);
+    dinv = bu_dev_from(be, inv, HD / 2);
+    float *qk = rand_vec((size_t)n * (Q + KV), 10, 2);
+    be->ops->upload(be, a[3], qk, sizeof(float) * n * Q), be->ops->upload(be, a[4], qk + n * Q, sizeof(float) * n * KV);
+    be->ops->upload(be, b[3], qk, sizeof(float) * n * Q), be->ops->upload(be, b[4], qk + n * Q, sizeof(float) * n * KV);
+    be->ops->rope_qk(ws, a[3], a[4], n, Q / HD, KV / HD, HD, 5, dinv, &norm, &norm, 1e-6f, 0, NULL);
+    be->ops->rmsnorm(ws, b[3], b[3], &norm, n * Q / HD, HD, 1e-6f, 0);
+    be->ops->rmsnorm(ws, b[4], b[4], &norm, n * KV / HD, HD, 1e-6f, 0);
+    be->ops->rope(ws, b[3], n, Q / HD, HD, 5, dinv);
+    be->ops->rope(ws, b[4], n, KV / HD, HD, 5, dinv);
+    bad += !same_bits(be, ws, a[3], b[3], (size_t)(n * Q)) + !same_bits(be, ws, a[4], b[4], (size_t)(n * KV));
+    for (int i = 0; i < 5; i++) {
+        be->ops->unbind_weight(be, &L[i].w);
+        if (hb[i]) be->ops->unbind_weight(be, &L[i].bias);
+        be->ops->dealloc(be, a[i]), be->ops->dealloc(be, b[i]);
+        free(hw[i]), free(hb[i]);
+    }
+    be->ops->unbind_weight(be, &norm);
+    be->ops->dealloc(be, dx), be->ops->dealloc(be, dinv);
+    be->ops->ws_free(ws);
+    free(x), free(r), free(nv), free(ne), free(hn), free(qk);
+    return bad;
+}
+
+TEST(backend_ops_composite_ops_give_their_parts_bits) {
+    for (size_t b = 0; b < N_BACKENDS; b++) {
+        gp_backend *be = open_backend(b);
+        if (!be) continue;
+        int bad = 0;
+        for (int32_t mode = 0; mode < 2; mode++)
+            for (int32_t n = 1; n <= 5; n += 4) bad += composite_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, n);
+        NOTE("%s: linears / linear_glu / linear_add / rope_qk vs their parts (f32 and bf16 modes, 1 and 5 tokens): "
+             "%d outputs differ (want 0)", BACKENDS[b].name, bad);
+        CHECK_EQ_INT(bad, 0);
         gp_backend_free(be);
     }
 }

@@ -464,7 +464,7 @@ static void quantize_row(const gp_kv_rows *s, int64_t r, const float *x) {
 }
 
 /* rows [r0, r0+n) of dst = x [n, kvd], quantized or float32 */
-static void cpu_kv_store(gp_ws *ws, const gp_kv_rows *dst, int32_t r0, const float *x, int32_t n, int quant) {
+static void store_rows(const gp_kv_rows *dst, int32_t r0, const float *x, int32_t n, int quant) {
     for (int32_t t = 0; t < n; t++) {
         const float *xt = x + (int64_t)t * dst->kvd;
         if (quant) quantize_row(dst, (int64_t)r0 + t, xt);
@@ -472,9 +472,14 @@ static void cpu_kv_store(gp_ws *ws, const gp_kv_rows *dst, int32_t r0, const flo
     }
 }
 
+static void cpu_kv_store(gp_ws *ws, const gp_kv_rows *dk, const gp_kv_rows *dv, int32_t r0, const float *k,
+                         const float *v, int32_t n, int quant) {
+    store_rows(dk, r0, k, n, quant);
+    store_rows(dv, r0, v, n, quant);
+}
+
 /* rows [d0, d0+n) of dst = rows [s0, s0+n) of src */
-static void cpu_kv_copy(gp_ws *ws, const gp_kv_rows *dst, int32_t d0, const gp_kv_rows *src, int32_t s0, int32_t n,
-                        int quant) {
+static void copy_rows(const gp_kv_rows *dst, int32_t d0, const gp_kv_rows *src, int32_t s0, int32_t n, int quant) {
     if (n <= 0) return;
     if (!quant) {
         memmove(dst->f + (int64_t)d0 * dst->kvd, src->f + (int64_t)s0 * src->kvd, (size_t)n * dst->kvd * sizeof(float));
@@ -486,6 +491,44 @@ static void cpu_kv_copy(gp_ws *ws, const gp_kv_rows *dst, int32_t d0, const gp_k
     memmove(dst->minv + (int64_t)d0 * dst->n_groups, src->minv + (int64_t)s0 * src->n_groups,
             (size_t)n * dst->n_groups * sizeof(float));
 }
+
+static void cpu_kv_copy(gp_ws *ws, const gp_kv_rows *dk, const gp_kv_rows *dv, int32_t d0, const gp_kv_rows *sk,
+                        const gp_kv_rows *sv, int32_t s0, int32_t n, int quant) {
+    copy_rows(dk, d0, sk, s0, n, quant);
+    copy_rows(dv, d0, sv, s0, n, quant);
+}
+
+/* The composite ops: what a device backend may fuse, the CPU runs as the ops they are made of (the same bits by
+ * definition; backend.h states each). */
+static void cpu_linears(gp_ws *ws, int32_t m, float *const *ys, const float *x, const gp_linear *const *Ls,
+                        int32_t n) {
+    for (int32_t i = 0; i < m; i++) cpu_linear(ws, ys[i], x, Ls[i], n);
+}
+
+static void cpu_linear_glu(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *gate,
+                           const gp_linear *up, int32_t n, gp_act act) {
+    cpu_linear(ws, y, x, gate, n);
+    cpu_linear(ws, tmp, x, up, n);
+    cpu_glu(ws, y, tmp, (int64_t)n * gate->w.rows, act);
+}
+
+static void cpu_linear_add(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L, int32_t n) {
+    cpu_linear(ws, tmp, x, L, n);
+    cpu_add(ws, y, tmp, (int64_t)n * L->w.rows);
+}
+
+static void cpu_rope_qk(gp_ws *ws, float *q, float *k, int32_t n, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
+                        const float *inv_freq, const gp_wt *qn, const gp_wt *kn, float eps, int plus_one,
+                        const gp_kv_dst *dst) {
+    if (qn && qn->data) cpu_rmsnorm(ws, q, q, qn, n * nh, hd, eps, plus_one);
+    if (kn && kn->data) cpu_rmsnorm(ws, k, k, kn, n * nkv, hd, eps, plus_one);
+    cpu_rope(ws, q, n, nh, hd, pos0, inv_freq);
+    cpu_rope(ws, k, n, nkv, hd, pos0, inv_freq);
+    if (dst) cpu_kv_store(ws, dst->k, dst->v, dst->r0, k, dst->vals, n, 0);
+}
+
+
+static gp_status cpu_finish(gp_ws *ws) { return GP_OK; } /* every op has run when it returns */
 
 /* ---- instance, workspace, memory ---- */
 
@@ -566,6 +609,10 @@ static const gp_backend_ops CPU_OPS = {
     .bind_weight = cpu_bind_weight,
     .unbind_weight = cpu_unbind_weight,
     .linear = cpu_linear,
+    .linears = cpu_linears,
+    .linear_glu = cpu_linear_glu,
+    .linear_add = cpu_linear_add,
+    .rope_qk = cpu_rope_qk,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention = cpu_attention,
@@ -576,6 +623,7 @@ static const gp_backend_ops CPU_OPS = {
     .softcap = cpu_softcap,
     .kv_store = cpu_kv_store,
     .kv_copy = cpu_kv_copy,
+    .finish = cpu_finish,
 };
 
 gp_status gp_backend_cpu_init(const gp_backend_params *p, gp_backend **out) {

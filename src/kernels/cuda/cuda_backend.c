@@ -1,0 +1,412 @@
+/* cuda_backend.c — the CUDA backend: the gp_backend_ops table of backend.h over the kernels of cuda_ops.h, so that
+ * model/forward.c and cache/ drive a GPU exactly as they drive the CPU.
+ *   - instance (one per model and device): a handle whose stream serves the synchronous memory ops (alloc, upload,
+ *     download, copy) and weight binding (each weight uploaded once in its stored format, MLX affine included);
+ *   - workspace (one per context): its own stream (ops of different contexts run concurrently), the bf16 mode,
+ *     the attention split scratch, LoRA scratch, the token ids on the device, and the first error of its ops;
+ *   - ops enqueue kernels and return; finish() waits and reports (GP_ERR_DEVICE naming the failed op).  Decode
+ *     steps are launched kernel by kernel: recording each step as a CUDA graph (its arguments change every step)
+ *     and replaying it was measured slower (BENCHMARKS.md).
+ * In a build without CUDA (no `make cuda`) gp_backend_cuda_init says so. */
+#include "kernels/backend.h"
+#include "util/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef GP_CUDA
+
+gp_status gp_backend_cuda_init(int32_t dev, gp_backend **out) {
+    *out = NULL;
+    return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: device cuda: this genparity was built without the CUDA "
+                                            "backend (build it with `make cuda`; backends here: %s)", gp_backends());
+}
+
+#else
+#include "kernels/cuda/cuda_ops.h"
+
+typedef struct cu_be {
+    gp_cu *io; /* the instance's stream: memory ops and uploads */
+    int32_t dev;
+} cu_be;
+
+typedef struct cu_ws {
+    gp_cu *d;          /* this workspace's stream (and bf16 mode) */
+    float *part;       /* attention split scratch [part_cap] */
+    size_t part_cap;
+    float *lora;       /* x A^T of one LoRA term [max_tokens * max_lora_rank] */
+    int32_t *ids;      /* [max_tokens] token ids on the device */
+    int32_t *ids_host; /* [max_tokens] pinned: their copy source (an asynchronous copy) */
+    int err;           /* first CUDA error of an op (0 = none); sticky */
+    char msg[200];
+} cu_ws;
+
+#define PART_BYTES (64u << 20) /* attention split scratch: queries are processed in blocks that fit */
+
+static cu_be *be_of(gp_backend *be) { return be->impl; }
+static cu_ws *ws_of(gp_ws *ws) { return ws->impl; }
+static int bf16_of(gp_ws *ws) { return ws->p.compute == GP_COMPUTE_BF16; }
+
+/* Records the first failed op of the workspace (finish reports it). */
+static void check(gp_ws *ws, int e, const char *op) {
+    cu_ws *w = ws_of(ws);
+    if (e && !w->err) {
+        w->err = e;
+        snprintf(w->msg, sizeof w->msg, "device cuda: %s failed: %s", op, gp_cu_errstr(e));
+    }
+}
+
+/* ---- weights ---- */
+
+static int cu_dtype(gp_dtype d) { return d == GP_DTYPE_F32 ? GP_CU_F32 : d == GP_DTYPE_BF16 ? GP_CU_BF16 : GP_CU_F16; }
+
+/* The kernels' view of a bound weight (data NULL stays absent). */
+static gp_cu_wt cw(const gp_wt *w) {
+    gp_cu_wt o = {w->data, w->format == GP_WFMT_F32 ? GP_CU_F32 : w->format == GP_WFMT_BF16 ? GP_CU_BF16
+                           : w->format == GP_WFMT_F16 ? GP_CU_F16 : GP_CU_QAFFINE, w->rows, w->cols,
+                  w->scales.data, w->biases.data, cu_dtype(w->scales.dtype), cu_dtype(w->biases.dtype),
+                  w->group_size, w->bits};
+    return o;
+}
+
+/* Device copy of n host bytes into *dst (NULL for n = 0). */
+static int upload_bytes(gp_backend *be, const void *src, size_t n, const void **dst) {
+    void *p = NULL;
+    *dst = NULL;
+    if (!src || !n) return 0;
+    int e = gp_cu_alloc(be_of(be)->io, &p, n);
+    if (!e) e = gp_cu_h2d(be_of(be)->io, p, src, n);
+    if (e) gp_cu_release(be_of(be)->io, p);
+    else *dst = p;
+    return e;
+}
+
+static void cu_unbind_weight(gp_backend *be, gp_wt *w) {
+    gp_cu_release(be_of(be)->io, (void *)w->data);
+    gp_cu_release(be_of(be)->io, (void *)w->scales.data);
+    gp_cu_release(be_of(be)->io, (void *)w->biases.data);
+    memset(w, 0, sizeof *w);
+}
+
+static gp_status cu_bind_weight(gp_backend *be, const gp_wt *view, gp_wt *out) {
+    *out = *view;
+    if (!view->data) return GP_OK;
+    if (view->format >= GP_WFMT_COUNT)
+        return gp_set_error(GP_ERR_UNSUPPORTED, "device cuda: weight format %d has no kernels", (int)view->format);
+    const uint64_t rows = (uint64_t)view->rows, cols = (uint64_t)view->cols;
+    uint64_t bytes = view->format == GP_WFMT_QAFFINE ? rows * cols * (uint64_t)view->bits / 8
+                                                     : rows * cols * (view->format == GP_WFMT_F32 ? 4 : 2);
+    uint64_t aux = 0;
+    if (view->format == GP_WFMT_QAFFINE) aux = rows * ((cols + (uint64_t)view->group_size - 1) / (uint64_t)view->group_size);
+    out->scales.data = out->biases.data = NULL;
+    int e = upload_bytes(be, view->data, (size_t)bytes, &out->data);
+    if (!e) e = upload_bytes(be, view->scales.data, (size_t)(aux * gp_dtype_size(view->scales.dtype)), &out->scales.data);
+    if (!e) e = upload_bytes(be, view->biases.data, (size_t)(aux * gp_dtype_size(view->biases.dtype)), &out->biases.data);
+    if (e) {
+        cu_unbind_weight(be, out);
+        return gp_set_error(e == 2 ? GP_ERR_NOMEM : GP_ERR_DEVICE, "device cuda: uploading a [%llu, %llu] weight: %s",
+                            (unsigned long long)rows, (unsigned long long)cols, gp_cu_errstr(e));
+    }
+    return GP_OK;
+}
+
+/* ---- memory ---- */
+
+static void *cu_alloc(gp_backend *be, size_t bytes) {
+    void *p = NULL;
+    if (gp_cu_alloc(be_of(be)->io, &p, bytes ? bytes : 16)) return NULL;
+    return p;
+}
+static void cu_dealloc(gp_backend *be, void *p) { gp_cu_release(be_of(be)->io, p); }
+static void cu_upload(gp_backend *be, void *dst, const void *src, size_t n) { gp_cu_h2d(be_of(be)->io, dst, src, n); }
+static void cu_download(gp_backend *be, void *dst, const void *src, size_t n) { gp_cu_d2h(be_of(be)->io, dst, src, n); }
+static void cu_copy(gp_backend *be, void *dst, const void *src, size_t n) { gp_cu_d2d(be_of(be)->io, dst, src, n); }
+
+static uint64_t cu_mem_free(gp_backend *be, uint64_t *total) {
+    uint64_t f = 0, t = 0;
+    gp_cu_mem(be_of(be)->io, NULL, 0, &f, &t);
+    if (total) *total = t;
+    return f;
+}
+
+/* ---- workspace ---- */
+
+static void cu_ws_free(gp_ws *ws) {
+    if (!ws) return;
+    cu_ws *w = ws_of(ws);
+    if (w) {
+        gp_cu_release(w->d, w->part);
+        gp_cu_release(w->d, w->lora);
+        gp_cu_release(w->d, w->ids);
+        gp_cu_host_free(w->ids_host);
+        gp_cu_close(w->d);
+        free(w);
+    }
+    free(ws);
+}
+
+static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) {
+    *out = NULL;
+    if (p->max_tokens < 0 || p->max_keys < 0 || p->head_dim < 0 || p->max_lora_rank < 0 || p->n_heads < 0)
+        return gp_set_error(GP_ERR_INVALID_ARG, "device cuda: workspace sizes must be >= 0");
+    gp_ws *ws = gp_calloc(1, sizeof *ws);
+    cu_ws *w = gp_calloc(1, sizeof *w);
+    char msg[256] = "";
+    if (!ws || !w) {
+        free(ws), free(w);
+        return GP_ERR_NOMEM;
+    }
+    ws->be = be, ws->p = *p, ws->n_threads = 1, ws->impl = w;
+    int e = gp_cu_open(be_of(be)->dev, &w->d, msg, sizeof msg);
+    if (e) {
+        free(w), free(ws);
+        return gp_set_error(GP_ERR_UNSUPPORTED, "device cuda: %s", msg);
+    }
+    gp_cu_set_bf16(w->d, p->compute == GP_COMPUTE_BF16);
+    e = gp_cu_attn_prepare();
+    if (e) {
+        cu_ws_free(ws);
+        return gp_set_error(GP_ERR_DEVICE, "device cuda: attention kernels: %s", gp_cu_errstr(e));
+    }
+    /* the split scratch holds at least one query's splits of all heads */
+    const size_t one = (size_t)(p->n_heads > 0 ? p->n_heads : 1) * ((size_t)p->max_keys / GP_CU_ATTN_SPLIT + 3) *
+                       ((size_t)p->head_dim + 2);
+    w->part_cap = one > PART_BYTES / 4 ? one : PART_BYTES / 4;
+    const size_t lora = (size_t)p->max_tokens * (size_t)p->max_lora_rank;
+    e = gp_cu_alloc(w->d, (void **)&w->part, w->part_cap * sizeof(float));
+    if (!e) e = gp_cu_alloc(w->d, (void **)&w->lora, (lora ? lora : 1) * sizeof(float));
+    const size_t idb = (size_t)(p->max_tokens > 0 ? p->max_tokens : 1) * sizeof(int32_t);
+    if (!e) e = gp_cu_alloc(w->d, (void **)&w->ids, idb);
+    if (!e) e = gp_cu_host_alloc((void **)&w->ids_host, idb);
+    if (e) {
+        cu_ws_free(ws);
+        return gp_set_error(GP_ERR_NOMEM, "device cuda: out of device memory for a workspace (%d tokens, %d keys)",
+                            p->max_tokens, p->max_keys);
+    }
+    *out = ws;
+    return GP_OK;
+}
+
+static gp_status cu_finish(gp_ws *ws) {
+    cu_ws *w = ws_of(ws);
+    check(ws, gp_cu_sync(w->d), "a kernel");
+    return w->err ? gp_set_error(GP_ERR_DEVICE, "%s", w->msg) : GP_OK;
+}
+
+/* ---- compute ---- */
+
+/* The bf16 mode's bits for a linear: bf16 products on tensor cores (f32/f16 weights rounded as read); the output
+ * rounded unless LoRA terms follow a bias-free product (then the last term rounds: the CPU rounds once after them). */
+static int linear_mode(gp_ws *ws, const gp_linear *L) {
+    if (!bf16_of(ws)) return 0;
+    return GP_CU_ROUNDW | GP_CU_MMA | (L->bias.data || L->n_lora == 0 ? GP_CU_ROUND : 0);
+}
+
+static void cu_linear(gp_ws *ws, float *y, const float *x, const gp_linear *L, int32_t n) {
+    cu_ws *w = ws_of(ws);
+    const gp_cu_wt W = cw(&L->w), B = cw(&L->bias);
+    check(ws, gp_cu_matmul(w->d, y, x, &W, &B, n, linear_mode(ws, L), 1.0f), "linear");
+    for (int32_t i = 0; i < L->n_lora; i++) { /* + scale_i (x A_i^T) B_i^T, in order */
+        const gp_lora *lo = &L->lora[i];
+        const gp_cu_wt A = cw(&lo->a), Bt = cw(&lo->b), none = {0};
+        const int last = bf16_of(ws) && i + 1 == L->n_lora ? GP_CU_ROUND : 0;
+        check(ws, gp_cu_matmul(w->d, w->lora, x, &A, &none, n, 0, 1.0f), "LoRA A");
+        check(ws, gp_cu_matmul(w->d, y, w->lora, &Bt, &none, n, GP_CU_ACC | last, lo->scale), "LoRA B");
+    }
+}
+
+static void cu_linears(gp_ws *ws, int32_t m, float *const *ys, const float *x, const gp_linear *const *Ls,
+                       int32_t n) {
+    gp_cu_wt W[4], B[4];
+    int plain = n == 1 && m <= 4;
+    for (int32_t i = 0; plain && i < m; i++) {
+        plain = Ls[i]->n_lora == 0;
+        W[i] = cw(&Ls[i]->w), B[i] = cw(&Ls[i]->bias);
+    }
+    const int mode = plain ? linear_mode(ws, Ls[0]) : 0;
+    if (plain && !((mode & GP_CU_MMA) ? gp_cu_matmul_mma_multi : gp_cu_matmul_multi)(ws_of(ws)->d, m, ys, x, W, B, mode))
+        return;
+    for (int32_t i = 0; i < m; i++) cu_linear(ws, ys[i], x, Ls[i], n);
+}
+
+static void cu_glu(gp_ws *ws, float *gate, const float *up, int64_t n, gp_act act) {
+    check(ws, gp_cu_glu(ws_of(ws)->d, gate, up, n, act == GP_ACT_SILU ? GP_CU_ACT_SILU : GP_CU_ACT_GELU_TANH), "glu");
+}
+
+static void cu_linear_glu(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *gate,
+                          const gp_linear *up, int32_t n, gp_act act) {
+    if (n == 1 && !gate->n_lora && !up->n_lora) {
+        const gp_cu_wt g = cw(&gate->w), bg = cw(&gate->bias), u = cw(&up->w), bu = cw(&up->bias);
+        const int a = act == GP_ACT_SILU ? GP_CU_ACT_SILU : GP_CU_ACT_GELU_TANH;
+        const int mode = linear_mode(ws, gate);
+        if (!((mode & GP_CU_MMA) ? gp_cu_matmul_mma_glu : gp_cu_matmul_glu)(ws_of(ws)->d, y, x, &g, &bg, &u, &bu, a, mode))
+            return;
+    }
+    cu_linear(ws, y, x, gate, n);
+    cu_linear(ws, tmp, x, up, n);
+    cu_glu(ws, y, tmp, (int64_t)n * gate->w.rows, act);
+}
+
+static void cu_add(gp_ws *ws, float *y, const float *x, int64_t n) {
+    check(ws, gp_cu_add(ws_of(ws)->d, y, x, n), "add");
+}
+
+static void cu_linear_add(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L, int32_t n) {
+    if (!L->n_lora) { /* the product added in the kernel: linear then add, the same two roundings */
+        const gp_cu_wt W = cw(&L->w), B = cw(&L->bias);
+        check(ws, gp_cu_matmul(ws_of(ws)->d, y, x, &W, &B, n, GP_CU_ACC | linear_mode(ws, L), 1.0f), "linear_add");
+        return;
+    }
+    cu_linear(ws, tmp, x, L, n);
+    cu_add(ws, y, tmp, (int64_t)n * L->w.rows);
+}
+
+static void cu_rmsnorm(gp_ws *ws, float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps,
+                       int plus_one) {
+    const gp_cu_wt W = cw(w);
+    check(ws, gp_cu_rmsnorm(ws_of(ws)->d, y, x, &W, n, d, eps, plus_one), "rmsnorm");
+}
+
+static void cu_rope(gp_ws *ws, float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos0, const float *inv_freq) {
+    check(ws, gp_cu_rope_qk(ws_of(ws)->d, x, NULL, n, heads, 0, hd, pos0, inv_freq, NULL, NULL, 0.0f, 0, NULL, NULL,
+                            NULL, 0), "rope");
+}
+
+static void cu_rope_qk(gp_ws *ws, float *q, float *k, int32_t n, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
+                       const float *inv_freq, const gp_wt *qn, const gp_wt *kn, float eps, int plus_one,
+                       const gp_kv_dst *dst) {
+    const gp_cu_wt none = {0}, Q = qn ? cw(qn) : none, K = kn ? cw(kn) : none;
+    check(ws, gp_cu_rope_qk(ws_of(ws)->d, q, k, n, nh, nkv, hd, pos0, inv_freq, &Q, &K, eps, plus_one,
+                            dst ? dst->k->f : NULL, dst ? dst->v->f : NULL, dst ? dst->vals : NULL, dst ? dst->r0 : 0),
+          "rope");
+}
+
+static void cu_embed(gp_ws *ws, float *y, const int32_t *ids, int32_t n, const gp_wt *table, float scale) {
+    cu_ws *w = ws_of(ws);
+    const gp_cu_wt T = cw(table);
+    if (n > ws->p.max_tokens) {
+        check(ws, 1 /* cudaErrorInvalidValue */, "embed (more ids than the chunk)");
+        return;
+    }
+    memcpy(w->ids_host, ids, (size_t)n * sizeof(int32_t)); /* (the previous chunk's copy is done: finish ran) */
+    check(ws, gp_cu_h2d_async(w->d, w->ids, w->ids_host, (size_t)n * sizeof(int32_t)), "embed (ids)");
+    check(ws, gp_cu_embed(w->d, y, w->ids, n, &T, scale), "embed");
+}
+
+static void cu_add_row(gp_ws *ws, float *x, const float *v, float c, int32_t n, int32_t d) {
+    check(ws, gp_cu_add_rows(ws_of(ws)->d, x, v, c, n, d), "add_row");
+}
+
+static void cu_softcap(gp_ws *ws, float *x, int64_t n, float cap) {
+    check(ws, gp_cu_softcap(ws_of(ws)->d, x, n, cap), "softcap");
+}
+
+static gp_cu_kv_rows kvr(const gp_kv_rows *r) {
+    gp_cu_kv_rows o = {r->f, r->q, r->scale, r->minv, r->kvd, r->bits, r->group, r->n_groups, r->row_bytes};
+    return o;
+}
+
+static void cu_kv_store(gp_ws *ws, const gp_kv_rows *dk, const gp_kv_rows *dv, int32_t r0, const float *k,
+                        const float *v, int32_t n, int quant) {
+    const gp_cu_kv_rows K = kvr(dk), V = kvr(dv);
+    check(ws, gp_cu_kv_store(ws_of(ws)->d, &K, &V, r0, k, v, n, quant), "kv_store");
+}
+
+static void cu_kv_copy(gp_ws *ws, const gp_kv_rows *dk, const gp_kv_rows *dv, int32_t d0, const gp_kv_rows *sk,
+                       const gp_kv_rows *sv, int32_t s0, int32_t n, int quant) {
+    const gp_cu_kv_rows DK = kvr(dk), DV = kvr(dv), SK = kvr(sk), SV = kvr(sv);
+    check(ws, gp_cu_kv_copy(ws_of(ws)->d, &DK, &DV, d0, &SK, &SV, s0, n, quant), "kv_copy");
+}
+
+/* Attention in blocks of queries whose split scratch fits the workspace's (the same bits for any blocking). */
+static void cu_attention(gp_ws *ws, const gp_attn_args *a) {
+    cu_ws *w = ws_of(ws);
+    const gp_kv_desc *kv = a->kv;
+    gp_cu_attn c = {.window = kv->window, .pinned = kv->pinned, .n_seg = kv->n_seg, .n_heads = a->n_heads,
+                    .n_kv = a->n_kv, .head_dim = a->head_dim, .scale = a->scale, .softcap = a->softcap,
+                    .part = w->part};
+    for (int i = 0; i < 2; i++) c.k[i] = kvr(&kv->k[i]), c.v[i] = kvr(&kv->v[i]);
+    for (int32_t s = 0; s < kv->n_seg && s < GP_CU_KV_MAX_SEGS; s++)
+        c.seg[s] = (gp_cu_kv_seg){kv->seg[s].p0, kv->seg[s].p1, kv->seg[s].r0, kv->seg[s].src, kv->seg[s].quant};
+    const size_t row = (size_t)a->n_heads * (size_t)a->head_dim;
+    for (int32_t t = 0; t < a->n;) {
+        c.pos0 = a->pos0 + t;
+        c.n = a->n - t;
+        while (c.n > 1 && gp_cu_attn_part_floats(&c) > w->part_cap) c.n = c.n / 2 > 1 ? c.n / 2 : 1;
+        if (gp_cu_attn_part_floats(&c) > w->part_cap) {
+            check(ws, 2 /* cudaErrorMemoryAllocation */, "attention (split scratch too small)");
+            return;
+        }
+        c.q = a->q + (size_t)t * row;
+        c.out = a->out + (size_t)t * row;
+        check(ws, gp_cu_attention(w->d, &c), "attention");
+        t += c.n;
+    }
+}
+
+/* ---- instance ---- */
+
+static void cu_free(gp_backend *be) {
+    if (!be) return;
+    cu_be *b = be_of(be);
+    if (b) gp_cu_close(b->io);
+    free(b);
+    free(be);
+}
+
+static const gp_backend_ops CUDA_OPS = {
+    .free = cu_free,
+    .ws_init = cu_ws_init,
+    .ws_free = cu_ws_free,
+    .alloc = cu_alloc,
+    .dealloc = cu_dealloc,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .bind_weight = cu_bind_weight,
+    .unbind_weight = cu_unbind_weight,
+    .mem_free = cu_mem_free,
+    .linear = cu_linear,
+    .linears = cu_linears,
+    .linear_glu = cu_linear_glu,
+    .linear_add = cu_linear_add,
+    .rmsnorm = cu_rmsnorm,
+    .rope = cu_rope,
+    .rope_qk = cu_rope_qk,
+    .attention = cu_attention,
+    .embed = cu_embed,
+    .glu = cu_glu,
+    .add = cu_add,
+    .add_row = cu_add_row,
+    .softcap = cu_softcap,
+    .kv_store = cu_kv_store,
+    .kv_copy = cu_kv_copy,
+    .finish = cu_finish,
+};
+
+gp_status gp_backend_cuda_init(int32_t dev, gp_backend **out) {
+    if (!out) return gp_set_error(GP_ERR_INVALID_ARG, "gp_backend_cuda_init: out is NULL");
+    *out = NULL;
+    char msg[256] = "";
+    gp_backend *be = gp_calloc(1, sizeof *be);
+    cu_be *b = gp_calloc(1, sizeof *b);
+    if (!be || !b) {
+        free(be), free(b);
+        return GP_ERR_NOMEM;
+    }
+    if (gp_cu_open(dev, &b->io, msg, sizeof msg)) {
+        free(be), free(b);
+        return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: device cuda: %s", msg);
+    }
+    b->dev = dev;
+    be->name = "cuda";
+    be->ops = &CUDA_OPS;
+    be->host_memory = 0;
+    be->p.n_threads = 1;
+    be->impl = b;
+    *out = be;
+    return GP_OK;
+}
+
+#endif
