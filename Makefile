@@ -11,9 +11,10 @@
 #   make fuzz       build the libFuzzer targets of fuzz/ (clang; ASan + UBSan incl. float-cast-overflow, build-fuzz/)
 #                   and run each for FUZZ_SECONDS (default 20) from seeds made by tools/fuzz_seeds.py
 #   make tsan       the multi-context and thread-pool tests under ThreadSanitizer (build-tsan/)
-#   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90, cuBLAS) in build-cuda/
-#   make test-cuda  build-cuda's CUDA tests: on a GPU machine parity, determinism and the op harness; without a
-#                   GPU or driver they check that selecting CUDA is a clear error
+#   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90) in build-cuda/
+#   make test-cuda  build-cuda's CUDA tests: on a GPU machine parity, determinism and the op harness, then the
+#                   cache, steering, LoRA, batch, KV-quantization and generation suites again on the GPU
+#                   (GENPARITY_TEST_DEVICE=cuda); without a GPU or driver they check that selecting CUDA is a clear error
 
 BUILD   ?= build
 CC      ?= gcc
@@ -30,7 +31,7 @@ LDFLAGS_ALL = $(SAN) $(LDFLAGS)
 OMP     = -fopenmp
 
 LIB_SRC  := $(shell find src -name '*.c' | sort)
-# CUDA backend (GP_CUDA=1, set by `make cuda`): src/**/*.cu through nvcc, linked with cudart (static) and cuBLAS
+# CUDA backend (GP_CUDA=1, set by `make cuda`): src/**/*.cu through nvcc, linked with cudart (static)
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null)))
 CUDA_ARCH ?= -arch=sm_90
@@ -38,7 +39,7 @@ NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -lineinfo -Xcompiler -fPIC,-Wall -Werror
 ifeq ($(GP_CUDA),1)
 CU_SRC    := $(shell find src -name '*.cu' | sort)
 CFLAGS_BASE += -DGP_CUDA=1
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 endif
 CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_SRC  := $(shell find cli server -name '*.c' | sort)
@@ -84,8 +85,12 @@ nvcc-check:
 cuda:
 	$(MAKE) BUILD=build-cuda GP_CUDA=1 all build-cuda/run_tests
 
+CUDA_SUITES = steer lora batch cache kv_quant generate_parity model_parity beam
 test-cuda: cuda
-	GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests cuda
+	GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests cuda backend_ops
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+	    GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests $(CUDA_SUITES); \
+	else echo "test-cuda: no usable CUDA device: the suites' GPU pass is skipped"; fi
 
 $(BUILD)/libgenparity.a: $(LIB_OBJ)
 	@rm -f $@

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <type_traits>
 
 /* First statements of every kernel: wait for the previous kernel of the stream, then let the next one be scheduled.
  * Both are no-ops for a kernel launched without the programmatic attribute. */
@@ -38,6 +39,15 @@ static inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
     cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
 }
 
+/* Calls f(std::integral_constant<int, DT>()) for the dense dtype dt (GP_CU_F32, BF16, F16): one dispatch from a
+ * run-time dtype to the kernels' template argument. */
+template <typename F>
+static inline void by_dtype(int dt, F f) {
+    if (dt == GP_CU_F32) f(std::integral_constant<int, GP_CU_F32>());
+    else if (dt == GP_CU_BF16) f(std::integral_constant<int, GP_CU_BF16>());
+    else f(std::integral_constant<int, GP_CU_F16>());
+}
+
 /* x rounded to the nearest bfloat16 (ties to even), as a float: what a torch bf16 tensor holds (the bf16 mode). */
 __device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
@@ -59,6 +69,18 @@ __device__ __forceinline__ float wt_at(const void *p, int dt, int64_t i) {
     if (dt == GP_CU_F32) return ((const float *)p)[i];
     if (dt == GP_CU_BF16) return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
     return __half2float(((const __half *)p)[i]);
+}
+
+/* Element (r, i) of an MLX affine matrix: scale * q + bias of its group, two float32 roundings (the CPU's widen). */
+__device__ __forceinline__ float qa_at(const gp_cu_wt &w, int64_t r, int64_t i) {
+    const uint32_t *row = (const uint32_t *)w.data + r * (w.cols * w.bits / 32);
+    const int64_t bit = i * w.bits, wi = bit >> 5;
+    const int sh = (int)(bit & 31);
+    uint32_t v = row[wi] >> sh;
+    if (sh + w.bits > 32) v |= row[wi + 1] << (32 - sh);
+    v &= (1u << w.bits) - 1u;
+    const int64_t g = r * ((w.cols + w.group - 1) / w.group) + i / w.group;
+    return __fadd_rn(__fmul_rn(wt_at(w.scales, w.sdt, g), (float)v), w.biases ? wt_at(w.biases, w.bdt, g) : 0.0f);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -1,40 +1,37 @@
-/* cuda_matmul.cu — the projections of the CUDA backend: y [n, rows] = x [n, cols] @ W^T (+ bias).
- * gp_cu_matmul: one warp per weight row (PREFILL_ROWS rows for a chunk of tokens) streams the row once per tile of
- * up to 8 tokens with 16-byte loads (8 bf16/f16 or 4 f32 weights), widening to float32 in registers; lane l takes
+/* cuda_matmul.cu — the projections of the CUDA backend: y [n, rows] (+)= alpha * (x [n, cols] @ W^T) (+ bias).
+ * Dense weights (f32/bf16/f16): one warp per weight row (4 rows for a chunk of tokens) streams the row once per tile
+ * of up to 8 tokens with 16-byte loads (8 bf16/f16 or 4 f32 weights), widening to float32 in registers; lane l takes
  * vectors l, l+32, ... and the warp sums its lanes by the xor butterfly, so an element's bits depend on nothing but
- * its row and its token (the same for decode and every prefill chunking).  gp_cu_matmul_cublas: float32 SGEMM
- * through cuBLAS for long prefills. */
+ * its row and its token (the same for decode and every prefill chunking).  MLX affine weights: the same with
+ * 32-value units (lane l takes units l, l+32, ...), each value dequantized as scale * q + bias in float32.
+ * gp_cu_matmul_multi (q|k|v) and gp_cu_matmul_glu (gate|up + GLU) run one token through several weights in one
+ * launch with the bits of the separate calls. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
-extern "C" cublasHandle_t gp_cu_blas(gp_cu *d);
 
-/* mode bits of the kernels: MODE_ACC adds the result to y (the residual add, one rounding as a separate add);
- * MODE_BF16 rounds as the bf16 mode's linear: the sum + bf16(bias), rounded (and the residual sum rounded) */
-enum { MODE_ACC = 1, MODE_BF16 = 2 };
-
-/* bf16 mode, float32/float16 weights: transformers loads them as bf16, so each weight is rounded (compiled out for
- * bf16 weights and never taken in the float32 mode). */
+/* bf16 mode (ROUNDW), float32/float16 weights: transformers loads them as bf16, so each weight is rounded (compiled
+ * out for bf16 weights). */
 template <int DT, int E>
-__device__ __forceinline__ void wt_mode(float *f, int bf) {
-    if (DT != GP_CU_BF16 && bf)
+__device__ __forceinline__ void wt_mode(float *f, int roundw) {
+    if (DT != GP_CU_BF16 && roundw)
 #pragma unroll
         for (int e = 0; e < E; e++) f[e] = bf16r(f[e]);
 }
 
-/* The output of one product s (+ bias b) stored at o under mode. */
-__device__ __forceinline__ float mm_val(float s, bool has_b, float b, int mode) {
-    if (mode & MODE_BF16) return bf16r(has_b ? s + bf16r(b) : s);
+/* The output of one product s (+ bias b) under mode and alpha. */
+__device__ __forceinline__ float mm_val(float s, bool has_b, float b, int mode, float alpha) {
+    s = alpha == 1.0f ? s : alpha * s;
+    if (mode & GP_CU_ROUND) return bf16r(has_b ? s + bf16r(b) : s);
     return has_b ? s + b : s;
 }
 __device__ __forceinline__ void mm_store(float *o, float v, int mode) {
-    *o = !(mode & MODE_ACC) ? v : (mode & MODE_BF16) ? bf16r(*o + v) : *o + v;
+    *o = !(mode & GP_CU_ACC) ? v : (mode & GP_CU_ROUND) ? bf16r(*o + v) : *o + v;
 }
 
 #define WARPS_PER_BLOCK 8
@@ -81,10 +78,10 @@ template <> struct vec_traits<GP_CU_F16> {
 };
 
 /* acc[t] = row r of W . input row t0 + t (t < nt), in the fixed order of the header comment. */
-template <int DT, int T, bool VEC, bool GLU>
+template <int DT, int T, bool VEC>
 __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__restrict__ W, int64_t r,
                                         const float *__restrict__ x, int64_t cols, int32_t t0, int nt, int lane,
-                                        int act, int bf) {
+                                        int roundw) {
     typedef vec_traits<DT> V;
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t] = 0.0f;
@@ -104,21 +101,14 @@ __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__r
                 if (v >= nv) break;
                 float wf[V::E];
                 V::widen(wv[u], wf);
-                wt_mode<DT, V::E>(wf, bf);
+                wt_mode<DT, V::E>(wf, roundw);
 #pragma unroll
                 for (int t = 0; t < T; t++) {
                     if (t < nt) {
-                        const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols * (GLU ? 2 : 1) + v * V::E);
+                        const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols + v * V::E);
 #pragma unroll
                         for (int q = 0; q < V::E / 4; q++) {
-                            float4 a = __ldg(xv + q);
-                            if (GLU) {
-                                const float4 u = __ldg((const float4 *)((const float *)xv + cols) + q);
-                                a.x = glu_val(a.x, u.x, act, bf);
-                                a.y = glu_val(a.y, u.y, act, bf);
-                                a.z = glu_val(a.z, u.z, act, bf);
-                                a.w = glu_val(a.w, u.w, act, bf);
-                            }
+                            const float4 a = __ldg(xv + q);
                             acc[t] = fmaf(wf[4 * q], a.x, acc[t]);
                             acc[t] = fmaf(wf[4 * q + 1], a.y, acc[t]);
                             acc[t] = fmaf(wf[4 * q + 2], a.z, acc[t]);
@@ -131,55 +121,43 @@ __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__r
     } else {
         for (int64_t k = lane; k < cols; k += 32) {
             float wk = V::one(W, r * cols + k);
-            wt_mode<DT, 1>(&wk, bf);
+            wt_mode<DT, 1>(&wk, roundw);
 #pragma unroll
             for (int t = 0; t < T; t++)
-                if (t < nt) {
-                    const float *xr = x + (size_t)(t0 + t) * cols * (GLU ? 2 : 1);
-                    acc[t] = fmaf(wk, GLU ? glu_val(xr[k], xr[cols + k], act, bf) : xr[k], acc[t]);
-                }
+                if (t < nt) acc[t] = fmaf(wk, x[(size_t)(t0 + t) * cols + k], acc[t]);
         }
     }
 }
 
 /* Grid (ceil(rows / WARPS_PER_BLOCK), ceil(n / T)); warp = row, blockIdx.y = tile of T tokens.  VEC: the 16-byte
- * path (cols a multiple of the vector width, rows 16-byte aligned), else one element per lane per step.
- * GLU: the input row t is act(x[t, k]) * x[t, cols + k] (rows of 2 cols: gate then up), computed on the fly with
- * glu_val, the GLU op's own expression (so the bits of glu followed by the plain product).
- * GLUO (one token): W stacks `rows` gate rows then `rows` up rows and y[r] = glu_val(gate_r, up_r): the warp runs
- * both rows' dot products (each the plain product's bits), so the bits of the stacked product then the GLU op. */
-template <int DT, int T, bool VEC, bool GLU, bool GLUO = false>
+ * path (cols a multiple of the vector width, rows 16-byte aligned), else one element per lane per step. */
+template <int DT, int T, bool VEC>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     matmul_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
-                  int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode, int act) {
+                  int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode, float alpha) {
     pdl_enter();
-    const int lane = threadIdx.x & 31, bf = (mode & MODE_BF16) != 0;
+    const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
     if (r >= rows) return;
     const int32_t t0 = blockIdx.y * T;
     const int nt = n - t0 < T ? n - t0 : T;
-    float acc[T], acc2[GLUO ? T : 1];
-    row_dot<DT, T, VEC, GLU>(acc, W, r, x, cols, t0, nt, lane, act, bf);
-    if (GLUO) row_dot<DT, T, VEC, GLU>(acc2, W, r + rows, x, cols, t0, nt, lane, act, bf);
+    float acc[T];
+    row_dot<DT, T, VEC>(acc, W, r, x, cols, t0, nt, lane, mode & GP_CU_ROUNDW);
     const float b = bias ? wt_at(bias, bias_dt, r) : 0.0f;
 #pragma unroll
     for (int t = 0; t < T; t++) {
-        float v = mm_val(warp_sum(acc[t]), bias != NULL, b, mode);
-        if (GLUO) {
-            const float u = mm_val(warp_sum(acc2[t]), bias != NULL, bias ? wt_at(bias, bias_dt, r + rows) : 0.0f, mode);
-            v = glu_val(v, u, act, bf);
-        }
+        const float v = mm_val(warp_sum(acc[t]), bias != NULL, b, mode, alpha);
         if (lane == 0 && t < nt) mm_store(y + (size_t)(t0 + t) * rows + r, v, mode);
     }
 }
 
-/* Prefill tiles (VEC path, no GLU input): a warp takes ROWS weight rows x T tokens, so each token vector it loads
- * serves ROWS rows and each weight vector T tokens.  Every output's sum is still lane l's vectors l, l+32, ... in
- * order (the elements of a vector in order), then the xor butterfly: the bits of matmul_kernel. */
+/* Prefill tiles (VEC path): a warp takes ROWS weight rows x T tokens, so each token vector it loads serves ROWS rows
+ * and each weight vector T tokens.  Every output's sum is still lane l's vectors l, l+32, ... in order (the elements
+ * of a vector in order), then the xor butterfly: the bits of matmul_kernel. */
 template <int DT, int T, int ROWS>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     matmul_rows_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
-                       int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode) {
+                       int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode, float alpha) {
     pdl_enter();
     typedef vec_traits<DT> V;
     enum { UNR = 2 };
@@ -214,7 +192,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
 #pragma unroll
             for (int i = 0; i < ROWS; i++) {
                 V::widen(wv[i][u], wf[i]);
-                wt_mode<DT, V::E>(wf[i], (mode & MODE_BF16) != 0);
+                wt_mode<DT, V::E>(wf[i], mode & GP_CU_ROUNDW);
             }
 #pragma unroll
             for (int t = 0; t < T; t++) {
@@ -242,53 +220,154 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
         for (int t = 0; t < T; t++) {
             const float sum = warp_sum(acc[i][t]);
             if (lane == 0 && t < nt && r < rows)
-                mm_store(y + (size_t)(t0 + t) * rows + r, mm_val(sum, bias != NULL, b, mode), mode);
+                mm_store(y + (size_t)(t0 + t) * rows + r, mm_val(sum, bias != NULL, b, mode, alpha), mode);
         }
     }
 }
 
 #define PREFILL_ROWS 4
 
+/* ---- MLX affine weights ---- */
+
+/* Value i (a compile-time constant after unrolling) of a 32-value unit held in words wd[BITS]. */
+template <int BITS>
+__device__ __forceinline__ uint32_t q_at(const uint32_t *wd, int i) {
+    const int bit = i * BITS, wi = bit >> 5, sh = bit & 31;
+    uint32_t v = wd[wi] >> sh;
+    if (sh + BITS > 32) v |= wd[wi + 1] << (32 - sh);
+    return v & ((1u << BITS) - 1u);
+}
+
+/* Loads the BITS words of unit u of a row (valid values: 32, or 16 for a last half unit; missing words are 0);
+ * vec: rows are 16-byte aligned (4- and 8-bit units load as 16-byte vectors). */
+template <int BITS>
+__device__ __forceinline__ void load_unit(uint32_t *wd, const uint32_t *row, int64_t u, int valid, bool vec) {
+    const uint32_t *p = row + u * BITS;
+    if (vec && valid == 32 && BITS == 4) {
+        const uint4 a = __ldcs((const uint4 *)p);
+        wd[0] = a.x, wd[1] = a.y, wd[2] = a.z, wd[3] = a.w;
+    } else if (vec && valid == 32 && BITS == 8) {
+        const uint4 a = __ldcs((const uint4 *)p), b = __ldcs((const uint4 *)p + 1);
+        wd[0] = a.x, wd[1] = a.y, wd[2] = a.z, wd[3] = a.w, wd[4] = b.x, wd[5] = b.y, wd[6] = b.z, wd[7] = b.w;
+    } else {
+        const int nw = (valid * BITS + 31) / 32;
+#pragma unroll
+        for (int k = 0; k < BITS; k++) wd[k] = k < nw ? __ldcs(p + k) : 0u;
+    }
+}
+
+/* acc[t] = row r of the quantized W . input row t0 + t: lane l takes 32-value units l, l+32, ..., each value
+ * w = scale * q + bias (two float32 roundings, the CPU format's widen) times x in order. */
+template <int BITS, int T>
+__device__ __forceinline__ void row_dot_q(float *__restrict__ acc, const gp_cu_wt &w, int64_t r,
+                                          const float *__restrict__ x, int32_t t0, int nt, int lane) {
+#pragma unroll
+    for (int t = 0; t < T; t++) acc[t] = 0.0f;
+    const int64_t cols = w.cols, units = (cols + 31) / 32, ng = (cols + w.group - 1) / w.group;
+    const uint32_t *row = (const uint32_t *)w.data + r * (cols * BITS / 32);
+    const bool vec = (cols * BITS / 8) % 16 == 0;
+    for (int64_t u = lane; u < units; u += 32) {
+        const int valid = cols - 32 * u < 32 ? (int)(cols - 32 * u) : 32;
+        uint32_t wd[BITS];
+        load_unit<BITS>(wd, row, u, valid, vec);
+        const int64_t g0 = r * ng + (32 * u) / w.group, g1 = valid > 16 ? r * ng + (32 * u + 16) / w.group : g0;
+        const float s0 = wt_at(w.scales, w.sdt, g0), b0 = w.biases ? wt_at(w.biases, w.bdt, g0) : 0.0f;
+        const float s1 = wt_at(w.scales, w.sdt, g1), b1 = w.biases ? wt_at(w.biases, w.bdt, g1) : 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (h * 16 >= valid) break;
+            float wf[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                wf[i] = __fadd_rn(__fmul_rn(h ? s1 : s0, (float)q_at<BITS>(wd, h * 16 + i)), h ? b1 : b0);
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                if (t >= nt) continue;
+                const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols + 32 * u + 16 * h);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const float4 a = __ldg(xv + q);
+                    acc[t] = fmaf(wf[4 * q], a.x, acc[t]);
+                    acc[t] = fmaf(wf[4 * q + 1], a.y, acc[t]);
+                    acc[t] = fmaf(wf[4 * q + 2], a.z, acc[t]);
+                    acc[t] = fmaf(wf[4 * q + 3], a.w, acc[t]);
+                }
+            }
+        }
+    }
+}
+
+template <int BITS, int T>
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
+    qmatmul_kernel(float *__restrict__ y, const float *__restrict__ x, gp_cu_wt w, const void *__restrict__ bias,
+                   int bias_dt, int32_t n, int mode, float alpha) {
+    pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    if (r >= w.rows) return;
+    const int32_t t0 = blockIdx.y * T;
+    const int nt = n - t0 < T ? n - t0 : T;
+    float acc[T];
+    row_dot_q<BITS, T>(acc, w, r, x, t0, nt, lane);
+    const float b = bias ? wt_at(bias, bias_dt, r) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const float v = mm_val(warp_sum(acc[t]), bias != NULL, b, mode, alpha);
+        if (lane == 0 && t < nt) mm_store(y + (size_t)(t0 + t) * w.rows + r, v, mode);
+    }
+}
+
+template <int BITS>
+static void launch_q(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+                     int mode, float alpha) {
+    const unsigned gx = (unsigned)((w->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK);
+    const dim3 blk(WARPS_PER_BLOCK * 32);
+    if (n == 1) launch(qmatmul_kernel<BITS, 1>, dim3(gx, 1), blk, 0, s, y, x, *w, b, bdt, n, mode, alpha);
+    else launch(qmatmul_kernel<BITS, TOK_TILE>, dim3(gx, (unsigned)((n + TOK_TILE - 1) / TOK_TILE)), blk, 0, s, y,
+                x, *w, b, bdt, n, mode, alpha);
+}
+
+static int qmatmul(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+                   int mode, float alpha) {
+    if ((uintptr_t)x & 15 || w->cols % 16 || w->group % 16 || (w->cols * w->bits) % 32) return (int)cudaErrorNotSupported;
+    switch (w->bits) {
+    case 2: launch_q<2>(s, y, x, w, b, bdt, n, mode, alpha); break;
+    case 3: launch_q<3>(s, y, x, w, b, bdt, n, mode, alpha); break;
+    case 4: launch_q<4>(s, y, x, w, b, bdt, n, mode, alpha); break;
+    case 5: launch_q<5>(s, y, x, w, b, bdt, n, mode, alpha); break;
+    case 6: launch_q<6>(s, y, x, w, b, bdt, n, mode, alpha); break;
+    case 8: launch_q<8>(s, y, x, w, b, bdt, n, mode, alpha); break;
+    default: return (int)cudaErrorNotSupported;
+    }
+    return (int)cudaGetLastError();
+}
+
+/* ---- dense launches ---- */
+
 template <int DT>
 static void launch_rows(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
-                        int acc) {
+                        int mode, float alpha) {
     const int64_t per_block = (int64_t)WARPS_PER_BLOCK * PREFILL_ROWS;
     const dim3 grid((unsigned)((w->rows + per_block - 1) / per_block), (unsigned)((n + TOK_TILE - 1) / TOK_TILE));
     launch(matmul_rows_kernel<DT, TOK_TILE, PREFILL_ROWS>, grid, dim3(WARPS_PER_BLOCK * 32), 0, s, y, x, w->data,
-           w->rows, w->cols, b, bdt, n, acc);
+           w->rows, w->cols, b, bdt, n, mode, alpha);
 }
 
 template <int DT, int T>
 static void launch_dt(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
-                      bool vec, int acc, int act) {
-    dim3 grid((unsigned)((w->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), (unsigned)((n + T - 1) / T));
+                      bool vec, int mode, float alpha) {
+    const dim3 grid((unsigned)((w->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), (unsigned)((n + T - 1) / T));
     const dim3 blk(WARPS_PER_BLOCK * 32);
-    if (act >= 0 && vec)
-        launch(matmul_kernel<DT, T, true, true>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
-    else if (act >= 0)
-        launch(matmul_kernel<DT, T, false, true>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
-    else if (vec)
-        launch(matmul_kernel<DT, T, true, false>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
-    else
-        launch(matmul_kernel<DT, T, false, false>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, acc, act);
+    if (vec) launch(matmul_kernel<DT, T, true>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
+    else launch(matmul_kernel<DT, T, false>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
 }
 
-template <int T>
-static void launch_t(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
-                     bool vec, int acc, int act) {
-    if (w->dtype == GP_CU_F32) launch_dt<GP_CU_F32, T>(s, y, x, w, b, bdt, n, vec, acc, act);
-    else if (w->dtype == GP_CU_BF16) launch_dt<GP_CU_BF16, T>(s, y, x, w, b, bdt, n, vec, acc, act);
-    else launch_dt<GP_CU_F16, T>(s, y, x, w, b, bdt, n, vec, acc, act);
-}
-
-/* One token through the stacked gate|up rows W [2 rows, cols], the GLU applied to the pair (matmul_kernel's GLUO). */
 template <int DT>
-static void launch_gluo(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, bool vec,
-                        int act, int mode) {
-    const int64_t rows = w->rows / 2;
-    const dim3 grid((unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), blk(WARPS_PER_BLOCK * 32);
-    auto k = vec ? matmul_kernel<DT, 1, true, false, true> : matmul_kernel<DT, 1, false, false, true>;
-    launch(k, grid, blk, 0, s, y, x, w->data, rows, w->cols, b, bdt, 1, mode, act);
+static void launch_dense(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt,
+                         int32_t n, bool vec, int mode, float alpha) {
+    if (n == 1) launch_dt<DT, 1>(s, y, x, w, b, bdt, n, vec, mode, alpha);
+    else if (vec) launch_rows<DT>(s, y, x, w, b, bdt, n, mode, alpha); /* prefill: PREFILL_ROWS rows per warp */
+    else launch_dt<DT, TOK_TILE>(s, y, x, w, b, bdt, n, vec, mode, alpha);
 }
 
 /* The 16-byte path applies: whole vectors per row, rows and x 16-byte aligned. */
@@ -298,90 +377,119 @@ static bool vec_ok(const gp_cu_wt *w, const float *x) {
     return w->cols % E == 0 && ((uintptr_t)w->data & 15) == 0 && ((uintptr_t)x & 15) == 0 && (w->cols * esz) % 16 == 0;
 }
 
-/* act < 0: plain product; else the GLU input rows [n, 2 cols] (matmul_kernel's GLU). */
-static int matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n, int acc,
-                  int act) {
+extern "C" int gp_cu_matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n,
+                            int mode, float alpha) {
     if (n <= 0 || w->rows <= 0) return 0;
-    const bool vec = vec_ok(w, x);
     const void *b = bias && bias->data ? bias->data : NULL;
     const int bdt = b ? bias->dtype : 0;
     cudaStream_t s = gp_cu_stream(d);
-    const int mode = (acc ? MODE_ACC : 0) | (gp_cu_bf16(d) ? MODE_BF16 : 0);
-    if (n == 1) launch_t<1>(s, y, x, w, b, bdt, n, vec, mode, act);
-    else if (vec && act < 0) { /* prefill: PREFILL_ROWS rows per warp */
-        if (w->dtype == GP_CU_F32) launch_rows<GP_CU_F32>(s, y, x, w, b, bdt, n, mode);
-        else if (w->dtype == GP_CU_BF16) launch_rows<GP_CU_BF16>(s, y, x, w, b, bdt, n, mode);
-        else launch_rows<GP_CU_F16>(s, y, x, w, b, bdt, n, mode);
-    } else launch_t<TOK_TILE>(s, y, x, w, b, bdt, n, vec, mode, act);
-    return (int)cudaGetLastError();
-}
-
-extern "C" int gp_cu_matmul_gluo(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias,
-                                 int32_t act) {
-    if (w->rows <= 0) return 0;
-    if (w->rows % 2) return (int)cudaErrorInvalidValue;
+    if (w->dtype == GP_CU_QAFFINE) return qmatmul(s, y, x, w, b, bdt, n, mode, alpha);
+    if ((mode & GP_CU_MMA) && gp_cu_mma_ok(w, x)) return gp_cu_matmul_mma(d, y, x, w, b, bdt, n, mode, alpha);
     const bool vec = vec_ok(w, x);
-    const void *b = bias && bias->data ? bias->data : NULL;
-    const int bdt = b ? bias->dtype : 0;
-    cudaStream_t s = gp_cu_stream(d);
-    const int mode = gp_cu_bf16(d) ? MODE_BF16 : 0;
-    if (w->dtype == GP_CU_F32) launch_gluo<GP_CU_F32>(s, y, x, w, b, bdt, vec, act, mode);
-    else if (w->dtype == GP_CU_BF16) launch_gluo<GP_CU_BF16>(s, y, x, w, b, bdt, vec, act, mode);
-    else launch_gluo<GP_CU_F16>(s, y, x, w, b, bdt, vec, act, mode);
+    by_dtype(w->dtype, [&](auto dt) { launch_dense<dt>(s, y, x, w, b, bdt, n, vec, mode, alpha); });
     return (int)cudaGetLastError();
 }
 
-extern "C" int gp_cu_matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias, int32_t n) {
-    return matmul(d, y, x, w, bias, n, 0, -1);
-}
+/* ---- one token through several weights ---- */
 
-extern "C" int gp_cu_matmul_add(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias,
-                                int32_t n) {
-    return matmul(d, y, x, w, bias, n, 1, -1);
-}
+#define MULTI_MAX 4
+struct multi_args {
+    const void *W[MULTI_MAX], *B[MULTI_MAX];
+    float *Y[MULTI_MAX];
+    int64_t rows[MULTI_MAX];
+    int bdt[MULTI_MAX];
+    int m;
+};
 
-extern "C" int gp_cu_matmul_glu(gp_cu *d, float *y, const float *gu, const gp_cu_wt *w, const gp_cu_wt *bias,
-                                int32_t n, int32_t act, int accum) {
-    return matmul(d, y, gu, w, bias, n, accum, act);
-}
-
-/* wide [rows*cols] = W widened to float32 */
+/* Warp = row of the concatenated outputs: part i's row r gets matmul_kernel<DT, 1, true>'s value. */
 template <int DT>
-__global__ void widen_kernel(float *__restrict__ out, const void *__restrict__ W, int64_t n) {
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
+    matmul_multi_kernel(multi_args a, const float *__restrict__ x, int64_t cols, int mode) {
     pdl_enter();
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = vec_traits<DT>::one(W, i);
+    const int lane = threadIdx.x & 31;
+    int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    /* the part holding row r, chosen with constant indices (a parameter array indexed at run time would be copied
+     * to local memory) */
+    const void *W = a.W[0], *B = a.B[0];
+    float *Y = a.Y[0];
+    int bdt = a.bdt[0];
+    bool in = r < a.rows[0];
+#pragma unroll
+    for (int k = 1; k < MULTI_MAX; k++)
+        if (!in && k < a.m) {
+            r -= a.rows[k - 1];
+            W = a.W[k], B = a.B[k], Y = a.Y[k], bdt = a.bdt[k];
+            in = r < a.rows[k];
+        }
+    if (!in) return;
+    float acc[1];
+    row_dot<DT, 1, true>(acc, W, r, x, cols, 0, 1, lane, mode & GP_CU_ROUNDW);
+    const float v = mm_val(warp_sum(acc[0]), B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, 1.0f);
+    if (lane == 0) mm_store(Y + r, v, mode);
 }
 
-/* y [n, rows] += bias [rows] */
-__global__ void bias_kernel(float *__restrict__ y, const void *__restrict__ b, int dt, int64_t rows, int64_t total) {
-    pdl_enter();
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] += wt_at(b, dt, i % rows);
+/* 1 when every weight of ws [m] is dense of dtype ws[0].dtype, has cols columns and takes the 16-byte path. */
+static bool same_dense(int32_t m, const gp_cu_wt *ws, const float *x) {
+    for (int32_t i = 0; i < m; i++)
+        if (ws[i].dtype != ws[0].dtype || ws[i].dtype == GP_CU_QAFFINE || ws[i].cols != ws[0].cols || !ws[i].data ||
+            !vec_ok(&ws[i], x))
+            return false;
+    return true;
 }
 
-extern "C" int gp_cu_matmul_cublas(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *bias,
-                                   int32_t n, float *wide) {
-    if (n <= 0 || w->rows <= 0) return 0;
+extern "C" int gp_cu_matmul_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_wt *ws,
+                                  const gp_cu_wt *bs, int mode) {
+    if (m < 1 || m > MULTI_MAX || !same_dense(m, ws, x) || (mode & (GP_CU_ACC | GP_CU_MMA)))
+        return (int)cudaErrorNotSupported;
+    multi_args a = {};
+    int64_t total = 0;
+    for (int32_t i = 0; i < m; i++) {
+        a.W[i] = ws[i].data;
+        a.B[i] = bs[i].data;
+        a.bdt[i] = bs[i].data ? bs[i].dtype : 0;
+        a.Y[i] = ys[i];
+        a.rows[i] = ws[i].rows;
+        total += ws[i].rows;
+    }
+    a.m = m;
     cudaStream_t s = gp_cu_stream(d);
-    const float *A = (const float *)w->data;
-    const int64_t total = w->rows * w->cols;
-    if (w->dtype != GP_CU_F32) {
-        const int blocks = (int)((total + 255) / 256 < 65536 ? (total + 255) / 256 : 65536);
-        if (w->dtype == GP_CU_BF16) launch(widen_kernel<GP_CU_BF16>, blocks, 256, 0, s, wide, w->data, total);
-        else launch(widen_kernel<GP_CU_F16>, blocks, 256, 0, s, wide, w->data, total);
-        A = wide;
-    }
-    /* column-major view: Y^T [rows, n] = (W^T)^T [rows, cols] @ X^T [cols, n] */
-    const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t st = cublasGemmEx(gp_cu_blas(d), CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one, A,
-                                     CUDA_R_32F, (int)w->cols, x, CUDA_R_32F, (int)w->cols, &zero, y, CUDA_R_32F,
-                                     (int)w->rows, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS) return 100000 + (int)st;
-    if (bias && bias->data) {
-        const int64_t t = w->rows * (int64_t)n;
-        const int blocks = (int)((t + 255) / 256 < 65536 ? (t + 255) / 256 : 65536);
-        launch(bias_kernel, blocks, 256, 0, s, y, bias->data, bias->dtype, w->rows, t);
-    }
+    const dim3 grid((unsigned)((total + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), blk(WARPS_PER_BLOCK * 32);
+    by_dtype(ws[0].dtype, [&](auto dt) { launch(matmul_multi_kernel<dt>, grid, blk, 0, s, a, x, ws[0].cols, mode); });
+    return (int)cudaGetLastError();
+}
+
+/* Warp = row r: the gate and the up product (each matmul_kernel<DT, 1, true>'s value), then glu_val. */
+template <int DT>
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
+    matmul_glu_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ G,
+                      const void *__restrict__ U, int64_t rows, int64_t cols, const void *bg, const void *bu, int bdt,
+                      int act, int mode) {
+    pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    float g[1], u[1];
+    row_dot<DT, 1, true>(g, G, r, x, cols, 0, 1, lane, mode & GP_CU_ROUNDW);
+    row_dot<DT, 1, true>(u, U, r, x, cols, 0, 1, lane, mode & GP_CU_ROUNDW);
+    const float gv = mm_val(warp_sum(g[0]), bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
+    const float uv = mm_val(warp_sum(u[0]), bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
+    if (lane == 0) y[r] = glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
+}
+
+extern "C" int gp_cu_matmul_glu(gp_cu *d, float *y, const float *x, const gp_cu_wt *g, const gp_cu_wt *bg,
+                                const gp_cu_wt *u, const gp_cu_wt *bu, int32_t act, int mode) {
+    const gp_cu_wt two[2] = {*g, *u};
+    const bool biased = bg->data != NULL;
+    if (!same_dense(2, two, x) || g->rows != u->rows || biased != (bu->data != NULL) ||
+        (biased && bg->dtype != bu->dtype) || (mode & (GP_CU_ACC | GP_CU_MMA)))
+        return (int)cudaErrorNotSupported;
+    if (g->rows <= 0) return 0;
+    cudaStream_t s = gp_cu_stream(d);
+    const dim3 grid((unsigned)((g->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), blk(WARPS_PER_BLOCK * 32);
+    const int bdt = biased ? bg->dtype : 0;
+    by_dtype(g->dtype, [&](auto dt) {
+        launch(matmul_glu_kernel<dt>, grid, blk, 0, s, y, x, g->data, u->data, g->rows, g->cols, bg->data, bu->data,
+               bdt, act, mode);
+    });
     return (int)cudaGetLastError();
 }

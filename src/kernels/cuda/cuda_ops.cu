@@ -1,5 +1,5 @@
-/* cuda_ops.cu — the element-wise, normalization, embedding, rope, KV-store and attention ops of the CUDA backend
- * (cuda_ops.h).  Reductions (RMSNorm's sum of squares, softmax sums, attention's split combine) run in one fixed
+/* cuda_ops.cu — the element-wise, normalization, embedding, rope and KV-store ops of the CUDA backend (cuda_ops.h;
+ * attention is cuda_attn.cu).  Reductions (RMSNorm's sum of squares, the KV quantizer's min/max) run in one fixed
  * order per output: per-thread strided partials, the warp's xor butterfly, then the warps in index order. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -10,23 +10,6 @@
 #include <math.h>
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ float block_max(float v, float *sh) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    float m = -INFINITY;
-    for (int i = 0; i < nw; i++) m = fmaxf(m, sh[i]);
-    return m;
-}
 
 static inline int grid_for(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
@@ -53,46 +36,31 @@ extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt 
 }
 
 /* ---- rope: block per (token, head), thread per rotated pair ---- */
-/* Rotates the pair (v[i], v[i + half]) of a head at position p; returns the new values in *a, *b too.  bf16 mode as
- * the CPU op: cos/sin cast to bf16, each product and the sum rounded. */
-__device__ __forceinline__ void rotate_pair(float *v, int i, int half, float p, const float *inv_freq, float *a,
-                                            float *b, int bf) {
+/* Rotates the pair (v[i], v[i + half]) of a head at position p.  bf16 mode as the CPU op: cos/sin cast to bf16, each
+ * product and the sum rounded. */
+__device__ __forceinline__ void rotate_pair(float *v, int i, int half, float p, const float *inv_freq, int bf) {
     const float ang = p * inv_freq[i], x1 = v[i], x2 = v[i + half];
     float c = cosf(ang), s = sinf(ang);
     if (bf) {
         c = bf16r(c), s = bf16r(s);
-        *a = bf16r(bf16r(x1 * c) - bf16r(x2 * s));
-        *b = bf16r(bf16r(x2 * c) + bf16r(x1 * s));
+        v[i] = bf16r(bf16r(x1 * c) - bf16r(x2 * s));
+        v[i + half] = bf16r(bf16r(x2 * c) + bf16r(x1 * s));
     } else {
-        *a = x1 * c - x2 * s;
-        *b = x2 * c + x1 * s;
+        v[i] = x1 * c - x2 * s;
+        v[i + half] = x2 * c + x1 * s;
     }
-    v[i] = *a;
-    v[i + half] = *b;
 }
 
-__global__ void rope_kernel(float *x, int32_t heads, int32_t hd, const int32_t *pos0, const float *inv_freq, int bf) {
-    pdl_enter();
-    const int32_t t = blockIdx.x / heads, half = hd / 2;
-    float *v = x + (size_t)blockIdx.x * hd;
-    const float p = (float)(*pos0 + t);
-    float a, b;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) rotate_pair(v, i, half, p, inv_freq, &a, &b, bf);
-}
-
-__device__ __forceinline__ int32_t kv_slot(int32_t j, int32_t cap, int32_t keep) {
-    return j < keep ? j : keep + (j - keep) % (cap - keep);
-}
-
-/* Block per head of q|k [nh + nkv, hd] (one token): RMS-normalized per head first when qn/kn are given (Qwen3's
- * q_norm/k_norm, gp_cu_rmsnorm's bits), then rotated; k heads and their v heads also go to the cache. */
-__global__ void rope_store_kernel(float *qk, int32_t nh, int32_t hd, const int32_t *pos0, const float *inv_freq,
-                                  const float *v, gp_cu_kv c, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one,
-                                  int bf) {
+/* Block per (token t, head h) of q [n, nh, hd] then k [n, nkv, hd]: the head RMS-normalized by its norm weight when
+ * given (blockDim = rms_threads(hd): rmsnorm_kernel's summation order), then rotated at position pos0 + t; with kf,
+ * a k head and its v head also go to row r0 + t of the cache's float rows. */
+__global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
+                               const float *inv_freq, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one, int bf,
+                               float *kf, float *vf, const float *v, int32_t r0) {
     pdl_enter();
     __shared__ float sh[32];
-    const int32_t h = blockIdx.x, half = hd / 2, j = *pos0;
-    float *x = qk + (size_t)h * hd;
+    const int32_t heads = nh + nkv, t = blockIdx.x / heads, h = blockIdx.x % heads, half = hd / 2;
+    float *x = h < nh ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + (h - nh)) * hd;
     const gp_cu_wt *g = h < nh ? &qn : &kn;
     if (g->data) {
         const float inv = rms_inv(x, hd, eps, sh, bf);
@@ -100,50 +68,38 @@ __global__ void rope_store_kernel(float *qk, int32_t nh, int32_t hd, const int32
             x[i] = rms_val(x[i], inv, wt_at(g->data, g->dtype, i), plus_one, bf);
         __syncthreads();
     }
-    float a, b;
-    const size_t o = (size_t)kv_slot(j, c.cap, c.keep) * c.kvd + (size_t)(h - nh) * hd;
+    const bool store = kf && h >= nh;
+    const size_t kvd = (size_t)nkv * hd, o = (size_t)(r0 + t) * kvd + (size_t)(h - nh) * hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        rotate_pair(x, i, half, (float)j, inv_freq, &a, &b, bf);
-        if (h >= nh) {
-            c.k[o + i] = a;
-            c.k[o + i + half] = b;
-            c.v[o + i] = v[(size_t)(h - nh) * hd + i];
-            c.v[o + i + half] = v[(size_t)(h - nh) * hd + i + half];
-        }
+        rotate_pair(x, i, half, (float)(pos0 + t), inv_freq, bf);
+        if (store) kf[o + i] = x[i], kf[o + i + half] = x[i + half];
     }
+    if (store)
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) vf[o + i] = v[(size_t)t * kvd + (size_t)(h - nh) * hd + i];
 }
 
-extern "C" int gp_cu_rope_store(gp_cu *d, float *qk, int32_t nh, int32_t nkv, int32_t hd, const int32_t *pos0,
-                                const float *inv_freq, const float *v, const gp_cu_kv *c, const gp_cu_wt *qn,
-                                const gp_cu_wt *kn, float eps, int plus_one) {
-    if (nh + nkv <= 0 || hd < 2) return 0;
-    const gp_cu_wt none = {NULL, 0, 0, 0};
-    const int normed = qn && qn->data && kn && kn->data;
-    /* with the norms: RMSNorm's own thread count, which rms_inv's summation order assumes */
-    const int threads = normed ? rms_threads(hd) : hd / 2 >= 64 ? 64 : 32;
-    launch(rope_store_kernel, nh + nkv, threads, 0, gp_cu_stream(d), qk, nh, hd, pos0, inv_freq, v, *c,
-           normed ? *qn : none, normed ? *kn : none, eps, plus_one, gp_cu_bf16(d));
-    return (int)cudaGetLastError();
-}
-
-extern "C" int gp_cu_rope(gp_cu *d, float *x, int32_t n, int32_t heads, int32_t hd, const int32_t *pos0,
-                          const float *inv_freq) {
-    if (n <= 0 || heads <= 0 || hd < 2) return 0;
-    const int threads = hd / 2 >= 64 ? 64 : 32;
-    launch(rope_kernel, n * heads, threads, 0, gp_cu_stream(d), x, heads, hd, pos0, inv_freq, gp_cu_bf16(d));
+extern "C" int gp_cu_rope_qk(gp_cu *d, float *q, float *k, int32_t n, int32_t nh, int32_t nkv, int32_t hd,
+                             int32_t pos0, const float *inv_freq, const gp_cu_wt *qn, const gp_cu_wt *kn, float eps,
+                             int plus_one, float *kf, float *vf, const float *v, int32_t r0) {
+    if (n <= 0 || nh + nkv <= 0 || hd < 2) return 0;
+    const gp_cu_wt none = {};
+    const gp_cu_wt gq = qn && qn->data ? *qn : none, gk = kn && kn->data ? *kn : none;
+    /* with a norm: RMSNorm's own thread count, which rms_inv's summation order assumes */
+    const int threads = gq.data || gk.data ? rms_threads(hd) : hd / 2 >= 64 ? 64 : 32;
+    launch(rope_qk_kernel, n * (nh + nkv), threads, 0, gp_cu_stream(d), q, k, nh, nkv, hd, pos0, inv_freq, gq, gk,
+           eps, plus_one, gp_cu_bf16(d), kf, vf, v, r0);
     return (int)cudaGetLastError();
 }
 
 /* ---- embedding ---- */
 /* bf16 mode as the CPU op: the row and the scale (Gemma's normalizer, a bf16 tensor) as bf16, the product rounded */
-__global__ void embed_kernel(float *y, const int32_t *ids, const void *table, int dt, int64_t cols, float scale,
-                             int bf) {
+__global__ void embed_kernel(float *y, const int32_t *ids, gp_cu_wt table, float scale, int bf) {
     pdl_enter();
-    const int64_t row = ids[blockIdx.x];
+    const int64_t row = ids[blockIdx.x], cols = table.cols;
     float *yr = y + (size_t)blockIdx.x * cols;
     if (bf) scale = bf16r(scale);
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-        float v = wt_at(table, dt, row * cols + i);
+        float v = table.dtype == GP_CU_QAFFINE ? qa_at(table, row, i) : wt_at(table.data, table.dtype, row * cols + i);
         if (bf) v = bf16r(v);
         v = scale != 1.0f ? v * scale : v;
         yr[i] = bf ? bf16r(v) : v;
@@ -152,8 +108,7 @@ __global__ void embed_kernel(float *y, const int32_t *ids, const void *table, in
 
 extern "C" int gp_cu_embed(gp_cu *d, float *y, const int32_t *ids, int32_t n, const gp_cu_wt *table, float scale) {
     if (n <= 0) return 0;
-    launch(embed_kernel, n, 256, 0, gp_cu_stream(d), y, ids, table->data, table->dtype, table->cols, scale,
-           gp_cu_bf16(d));
+    launch(embed_kernel, n, 256, 0, gp_cu_stream(d), y, ids, *table, scale, gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
@@ -209,178 +164,102 @@ extern "C" int gp_cu_softcap(gp_cu *d, float *x, int64_t n, float cap) {
 
 /* ---- KV cache ---- */
 
-__global__ void kv_store_kernel(float *kc, float *vc, const float *k, const float *v, int32_t n, int32_t kvd,
-                                int32_t cap, int32_t keep, const int32_t *pos0) {
+/* Warp per (row t, group g, storage: blockIdx.y 0 = keys, 1 = values): the group's min and max by the warp's
+ * butterfly, scale = (max - min) / (2^bits - 1), q = rint((x - min) / scale) clamped (the CPU quantizer's float
+ * expressions), 4-bit values packed two per byte (low nibble first). */
+__global__ void kv_quant_kernel(gp_cu_kv_rows dk, gp_cu_kv_rows dv, int32_t r0, const float *k, const float *v) {
     pdl_enter();
-    const int64_t total = (int64_t)n * kvd;
-    const int32_t p0 = *pos0;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int32_t t = (int32_t)(i / kvd), e = (int32_t)(i % kvd), j = p0 + t;
-        if (j >= keep && j + (cap - keep) < p0 + n) continue; /* a later position of the chunk takes this slot */
-        const size_t o = (size_t)kv_slot(j, cap, keep) * kvd + e;
-        kc[o] = k[i];
-        vc[o] = v[i];
+    const gp_cu_kv_rows &s = blockIdx.y ? dv : dk;
+    const int32_t ng = dk.n_groups > dv.n_groups ? dk.n_groups : dv.n_groups; /* the grid's groups per row */
+    if ((int32_t)(blockIdx.x % ng) >= s.n_groups) return;
+    const float *x = (blockIdx.y ? v : k) + (size_t)(blockIdx.x / ng) * s.kvd;
+    const int64_t r = r0 + blockIdx.x / ng;
+    const int32_t g = blockIdx.x % ng, a = g * s.group, b = a + s.group < s.kvd ? a + s.group : s.kvd;
+    const int lane = threadIdx.x, qmax = (1 << s.bits) - 1;
+    float lo = x[a], hi = x[a];
+    for (int32_t i = a + lane; i < b; i += 32) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+        hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    }
+    const float sc = __fdiv_rn(hi - lo, (float)qmax);
+    if (lane == 0) {
+        s.scale[r * s.n_groups + g] = sc;
+        s.minv[r * s.n_groups + g] = lo;
+    }
+    uint8_t *q = s.q + r * s.row_bytes;
+    for (int32_t i = a + lane; i - lane < b; i += 32) { /* every lane runs each step (the pair shuffle) */
+        int32_t val = 0;
+        if (i < b && sc > 0) val = (int32_t)rintf(__fdiv_rn(x[i] - lo, sc));
+        val = val < 0 ? 0 : val > qmax ? qmax : val;
+        const int32_t hi_val = __shfl_down_sync(0xffffffffu, val, 1); /* the odd neighbour of an even lane */
+        if (i >= b) continue;
+        if (s.bits == 8) q[i] = (uint8_t)val;
+        else if (!(i & 1)) q[i / 2] = (uint8_t)(val | (i + 1 < b ? hi_val << 4 : 0));
     }
 }
 
-extern "C" int gp_cu_kv_store(gp_cu *d, const gp_cu_kv *c, const float *k, const float *v, int32_t n,
-                              const int32_t *pos0) {
-    const int64_t total = (int64_t)n * c->kvd;
-    if (total <= 0) return 0;
-    launch(kv_store_kernel, grid_for(total, 256), 256, 0, gp_cu_stream(d), c->k, c->v, k, v, n, c->kvd, c->cap, c->keep,
-                                                                       pos0);
+/* y[i] = x[i] for the float rows of keys and values (blockIdx.y 0 / 1), grid-stride. */
+__global__ void kv_copy_f_kernel(float *dk, float *dv, const float *sk, const float *sv, int64_t n) {
+    pdl_enter();
+    float *y = blockIdx.y ? dv : dk;
+    const float *x = blockIdx.y ? sv : sk;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = x[i];
+}
+
+/* One byte range of a quantized-row copy (blockIdx.y picks the range). */
+struct copy_ranges {
+    uint8_t *dst[6];
+    const uint8_t *src[6];
+    int64_t bytes[6];
+};
+
+__global__ void kv_copy_q_kernel(copy_ranges c) {
+    pdl_enter();
+    const int k = blockIdx.y;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < c.bytes[k]; i += (int64_t)gridDim.x * blockDim.x)
+        c.dst[k][i] = c.src[k][i];
+}
+
+extern "C" int gp_cu_kv_store(gp_cu *d, const gp_cu_kv_rows *dk, const gp_cu_kv_rows *dv, int32_t r0, const float *k,
+                              const float *v, int32_t n, int quant) {
+    if (n <= 0) return 0;
+    cudaStream_t s = gp_cu_stream(d);
+    if (quant) {
+        const int32_t ng = dk->n_groups > dv->n_groups ? dk->n_groups : dv->n_groups;
+        launch(kv_quant_kernel, dim3((unsigned)(n * ng), 2), 32, 0, s, *dk, *dv, r0, k, v);
+    } else {
+        const int64_t total = (int64_t)n * dk->kvd;
+        launch(kv_copy_f_kernel, dim3((unsigned)grid_for(total, 256), 2), 256, 0, s, dk->f + (size_t)r0 * dk->kvd,
+               dv->f + (size_t)r0 * dv->kvd, k, v, total);
+    }
     return (int)cudaGetLastError();
 }
 
-/* ---- attention ---- */
-#define ATT_THREADS 128
-
-/* Row of key (values: vals = 1) position j for kv head kvh: from the chunk when j >= p0, else from the cache. */
-__device__ __forceinline__ const float *kv_row(const gp_cu_attn &a, const gp_cu_kv &c, int vals, int32_t j,
-                                               int32_t p0, int32_t kvh) {
-    const int32_t kvd = a.n_kv * a.head_dim;
-    if (j >= p0) return (vals ? a.v_new : a.k_new) + (size_t)(j - p0) * kvd + (size_t)kvh * a.head_dim;
-    return (vals ? c.v : c.k) + (size_t)kv_slot(j, c.cap, c.keep) * kvd + (size_t)kvh * a.head_dim;
-}
-
-/* Grid (n_splits, n_heads, n): the keys [s*SPLIT, (s+1)*SPLIT) of query t, head h.  Writes the split's max m, sum
- * l of exp(score - m) and unnormalized output acc [hd] to part (m = -inf, l = 0 when it sees no key).
- * Scores: 8 lanes per key, lane r taking float4s r, r+8, ... of the row, then the 8 lanes' xor butterfly.
- * Output: G = blockDim / hd groups of hd threads; group g sums keys g, g+G, ... (visible keys only: the others
- * have p = 0 and their rows, always finite, add exactly 0), then the groups' sums are added in order g = 0..G-1.
- * Every order is fixed by the call's shapes alone, so the bits do not depend on scheduling or chunking. */
-/* 2^x as the GPU's ex2.approx.ftz (what flash attention's softmax evaluates) */
-__device__ __forceinline__ float ex2_approx(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(gp_cu_attn a, gp_cu_kv c, int bf) {
-    pdl_enter();
-    extern __shared__ float sm[]; /* q [hd], scores [SPLIT], reduce [32], group sums [ATT_THREADS] */
-    float *qs = sm, *sc = sm + a.head_dim, *red = sc + GP_CU_ATTN_SPLIT, *gs = red + 32;
-    const int32_t s = blockIdx.x, h = blockIdx.y, t = blockIdx.z, hd = a.head_dim;
-    const int32_t p0 = *a.pos0, p = p0 + a.t_off + t, kvh = h / (a.n_heads / a.n_kv);
-    const int32_t lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
-    const int32_t pin = lo > c.keep ? c.keep : lo;
-    const int32_t j0 = s * GP_CU_ATTN_SPLIT;
-    if (j0 > p) return; /* past the query: the combine never reads this split */
-    /* bf16 mode without soft-capping: sdpa's flash softmax, p = 2^(score * scale * log2 e - max * scale * log2 e) */
-    const bool flash = bf && a.softcap <= 0;
-    const float sl2 = a.scale * 1.4426950408889634f;
-    float *part = a.part + (((size_t)t * a.n_heads + h) * a.n_splits + s) * (hd + 2);
-    const float *q = a.q + ((size_t)t * a.n_heads + h) * hd;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[i];
-    __syncthreads();
-    const int32_t iend = p - j0 + 1 < GP_CU_ATTN_SPLIT ? p - j0 + 1 : GP_CU_ATTN_SPLIT;
-    const int r8 = threadIdx.x & 7, nv = hd / 4;
-    for (int i0 = 0; i0 < GP_CU_ATTN_SPLIT; i0 += ATT_THREADS / 8) {
-        const int i = i0 + (threadIdx.x >> 3);
-        const int32_t j = j0 + i;
-        const bool vis = i < iend && (j < pin || j >= lo);
-        float dot = 0.0f;
-        if (vis) {
-            const float *k = kv_row(a, c, 0, j, p0, kvh);
-            if ((hd & 3) == 0)
-                for (int f = r8; f < nv; f += 8) {
-                    const float4 kv = *(const float4 *)(k + 4 * f);
-                    const float4 qv = *(const float4 *)(qs + 4 * f);
-                    dot = fmaf(qv.x, kv.x, dot);
-                    dot = fmaf(qv.y, kv.y, dot);
-                    dot = fmaf(qv.z, kv.z, dot);
-                    dot = fmaf(qv.w, kv.w, dot);
-                }
-            else
-                for (int e = r8; e < hd; e += 8) dot = fmaf(qs[e], k[e], dot);
-        }
-        dot += __shfl_xor_sync(0xffffffffu, dot, 4);
-        dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-        if (r8 == 0) {
-            float sv = -INFINITY;
-            if (vis) {
-                sv = flash ? dot : dot * a.scale; /* flash: the raw score, scaled inside the exponent */
-                if (a.softcap > 0) sv = tanhf(sv / a.softcap) * a.softcap;
-            }
-            sc[i] = sv;
-        }
-    }
-    __syncthreads();
-    float m = -INFINITY;
-    for (int i = threadIdx.x; i < GP_CU_ATTN_SPLIT; i += blockDim.x) m = fmaxf(m, sc[i]);
-    m = block_max(m, red);
-    if (m == -INFINITY) { /* no visible key in this split */
-        for (int i = threadIdx.x; i < hd + 2; i += blockDim.x) part[i] = i == 0 ? -INFINITY : 0.0f;
-        return;
-    }
-    float l = 0.0f;
-    const float msl2 = m * sl2;
-    for (int i = threadIdx.x; i < GP_CU_ATTN_SPLIT; i += blockDim.x) {
-        const float e = sc[i] == -INFINITY ? 0.0f : flash ? ex2_approx(fmaf(sc[i], sl2, -msl2)) : expf(sc[i] - m);
-        sc[i] = bf ? bf16r(e) : e; /* bf16 mode (sdpa): p rounded for p·v, the sum of the float32 values */
-        l += e;
-    }
-    l = block_sum(l, red); /* ends with barriers: sc[] complete */
-    const int G = hd <= ATT_THREADS ? ATT_THREADS / hd : 1;
-    const int g = threadIdx.x / (hd <= ATT_THREADS ? hd : ATT_THREADS);
-    for (int e = threadIdx.x % (hd <= ATT_THREADS ? hd : ATT_THREADS); e < hd && g < G; e += ATT_THREADS) {
-        float acc0 = 0.0f, acc1 = 0.0f;
-        int i = g;
-        for (; i + G < iend; i += 2 * G) { /* two keys per step: two independent loads in flight */
-            const float v0 = kv_row(a, c, 1, j0 + i, p0, kvh)[e], v1 = kv_row(a, c, 1, j0 + i + G, p0, kvh)[e];
-            acc0 = fmaf(sc[i], v0, acc0);
-            acc1 = fmaf(sc[i + G], v1, acc1);
-        }
-        if (i < iend) acc0 = fmaf(sc[i], kv_row(a, c, 1, j0 + i, p0, kvh)[e], acc0);
-        if (G == 1) part[2 + e] = acc0 + acc1;
-        else gs[g * hd + e] = acc0 + acc1;
-    }
-    if (G > 1) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-            float o = 0.0f;
-            for (int k = 0; k < G; k++) o += gs[k * hd + e];
-            part[2 + e] = o;
-        }
-    }
-    if (threadIdx.x == 0) {
-        part[0] = flash ? m * a.scale : m; /* the combine works on scaled maxima */
-        part[1] = l;
-    }
-}
-
-/* Block per (query, head): combines the splits in order. */
-__global__ void attn_combine_kernel(gp_cu_attn a, int bf) {
-    pdl_enter();
-    const int32_t th = blockIdx.x, t = th / a.n_heads, hd = a.head_dim;
-    const int32_t p = *a.pos0 + a.t_off + t, ns = p / GP_CU_ATTN_SPLIT + 1;
-    const float *part = a.part + (size_t)th * a.n_splits * (hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, part[(size_t)s * (hd + 2)]);
-    float L = 0.0f;
-    for (int s = 0; s < ns; s++) {
-        const float ms = part[(size_t)s * (hd + 2)];
-        if (ms != -INFINITY) L += part[(size_t)s * (hd + 2) + 1] * expf(ms - M);
-    }
-    float *o = a.out + (size_t)th * hd;
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        float acc = 0.0f;
-        for (int s = 0; s < ns; s++) {
-            const float ms = part[(size_t)s * (hd + 2)];
-            if (ms != -INFINITY) acc += part[(size_t)s * (hd + 2) + 2 + e] * expf(ms - M);
-        }
-        o[e] = bf ? bf16r(acc / L) : acc / L;
-    }
-}
-
-extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
-    if (a->n <= 0) return 0;
+extern "C" int gp_cu_kv_copy(gp_cu *d, const gp_cu_kv_rows *dk, const gp_cu_kv_rows *dv, int32_t d0,
+                             const gp_cu_kv_rows *sk, const gp_cu_kv_rows *sv, int32_t s0, int32_t n, int quant) {
+    if (n <= 0) return 0;
     cudaStream_t s = gp_cu_stream(d);
-    const size_t sh = (size_t)(a->head_dim + GP_CU_ATTN_SPLIT + 32 + ATT_THREADS) * sizeof(float);
-    dim3 grid((unsigned)a->n_splits, (unsigned)a->n_heads, (unsigned)a->n);
-    const int bf = gp_cu_bf16(d);
-    launch(attn_split_kernel, grid, ATT_THREADS, sh, s, *a, *a->cache, bf);
-    launch(attn_combine_kernel, a->n * a->n_heads, 64, 0, s, *a, bf);
+    if (!quant) {
+        const int64_t total = (int64_t)n * dk->kvd;
+        launch(kv_copy_f_kernel, dim3((unsigned)grid_for(total, 256), 2), 256, 0, s, dk->f + (size_t)d0 * dk->kvd,
+               dv->f + (size_t)d0 * dv->kvd, sk->f + (size_t)s0 * sk->kvd, sv->f + (size_t)s0 * sv->kvd, total);
+        return (int)cudaGetLastError();
+    }
+    copy_ranges c;
+    const gp_cu_kv_rows *dst[2] = {dk, dv}, *src[2] = {sk, sv};
+    int64_t most = 0;
+    for (int i = 0; i < 2; i++) {
+        const int64_t rb = dst[i]->row_bytes, gb = (int64_t)dst[i]->n_groups * 4;
+        c.dst[3 * i] = dst[i]->q + d0 * rb, c.src[3 * i] = src[i]->q + s0 * rb, c.bytes[3 * i] = n * rb;
+        c.dst[3 * i + 1] = (uint8_t *)(dst[i]->scale) + d0 * gb, c.src[3 * i + 1] = (const uint8_t *)src[i]->scale + s0 * gb;
+        c.dst[3 * i + 2] = (uint8_t *)(dst[i]->minv) + d0 * gb, c.src[3 * i + 2] = (const uint8_t *)src[i]->minv + s0 * gb;
+        c.bytes[3 * i + 1] = c.bytes[3 * i + 2] = n * gb;
+        most = n * rb > most ? n * rb : most;
+        most = n * gb > most ? n * gb : most;
+    }
+    launch(kv_copy_q_kernel, dim3((unsigned)grid_for(most, 256), 6), 256, 0, s, c);
     return (int)cudaGetLastError();
 }

@@ -1,8 +1,7 @@
 /* cuda_rt.cu — the device handle of the CUDA backend (cuda_ops.h): device discovery with a reason when there is
- * none, one non-blocking stream and one cuBLAS handle per device handle, plain cudaMalloc allocations, copies. */
+ * none, one non-blocking stream per handle, plain cudaMalloc allocations, copies. */
 #include "kernels/cuda/cuda_ops.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,19 +9,14 @@
 struct gp_cu {
     int dev;
     cudaStream_t s;
-    cublasHandle_t blas;
     int bf16; /* gp_cu_set_bf16 */
 };
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d) { return d->s; }
 extern "C" int gp_cu_bf16(gp_cu *d) { return d->bf16; }
 extern "C" void gp_cu_set_bf16(gp_cu *d, int on) { d->bf16 = on ? 1 : 0; }
-extern "C" cublasHandle_t gp_cu_blas(gp_cu *d) { return d->blas; }
 
-extern "C" const char *gp_cu_errstr(int e) {
-    if (e >= 100000) return "cuBLAS call failed";
-    return cudaGetErrorString((cudaError_t)e);
-}
+extern "C" const char *gp_cu_errstr(int e) { return cudaGetErrorString((cudaError_t)e); }
 
 extern "C" int gp_cu_device_count(char *msg, size_t cap) {
     int n = 0;
@@ -54,18 +48,6 @@ extern "C" int gp_cu_open(int32_t dev, gp_cu **out, char *msg, size_t cap) {
         free(d);
         return (int)e;
     }
-    cublasStatus_t b = cublasCreate(&d->blas);
-    if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetStream(d->blas, d->s);
-    /* float32 stays float32: no TF32, no reduced-precision reductions; no atomics in cuBLAS' reductions */
-    if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetMathMode(d->blas, CUBLAS_PEDANTIC_MATH);
-    if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetAtomicsMode(d->blas, CUBLAS_ATOMICS_NOT_ALLOWED);
-    if (b != CUBLAS_STATUS_SUCCESS) {
-        if (msg) snprintf(msg, cap, "cuBLAS init on device %d failed (status %d)", dev, (int)b);
-        if (d->blas) cublasDestroy(d->blas);
-        cudaStreamDestroy(d->s);
-        free(d);
-        return 100000 + (int)b;
-    }
     *out = d;
     return 0;
 }
@@ -73,7 +55,6 @@ extern "C" int gp_cu_open(int32_t dev, gp_cu **out, char *msg, size_t cap) {
 extern "C" void gp_cu_close(gp_cu *d) {
     if (!d) return;
     cudaStreamSynchronize(d->s);
-    cublasDestroy(d->blas);
     cudaStreamDestroy(d->s);
     free(d);
 }
@@ -107,6 +88,13 @@ extern "C" int gp_cu_h2d(gp_cu *d, void *dst, const void *src, size_t bytes) {
     return (int)e;
 }
 
+extern "C" int gp_cu_d2d(gp_cu *d, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return 0;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d->s);
+    return (int)e;
+}
+
 extern "C" int gp_cu_h2d_async(gp_cu *d, void *dst, const void *src, size_t bytes) {
     if (!bytes) return 0;
     return (int)cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->s);
@@ -119,28 +107,13 @@ extern "C" int gp_cu_d2h(gp_cu *d, void *dst, const void *src, size_t bytes) {
     return (int)e;
 }
 
-extern "C" int gp_cu_capture_begin(gp_cu *d) {
-    return (int)cudaStreamBeginCapture(d->s, cudaStreamCaptureModeThreadLocal);
+extern "C" int gp_cu_host_alloc(void **p, size_t bytes) {
+    *p = NULL;
+    return bytes ? (int)cudaMallocHost(p, bytes) : 0;
 }
 
-extern "C" int gp_cu_capture_end(gp_cu *d, void **exec) {
-    *exec = NULL;
-    cudaGraph_t g = NULL;
-    cudaError_t e = cudaStreamEndCapture(d->s, &g);
-    if (e == cudaSuccess) {
-        cudaGraphExec_t x = NULL;
-        e = cudaGraphInstantiate(&x, g, 0);
-        if (e == cudaSuccess) *exec = (void *)x;
-    }
-    if (g) cudaGraphDestroy(g);
-    cudaGetLastError();
-    return (int)e;
-}
-
-extern "C" int gp_cu_graph_launch(gp_cu *d, void *exec) { return (int)cudaGraphLaunch((cudaGraphExec_t)exec, d->s); }
-
-extern "C" void gp_cu_graph_free(void *exec) {
-    if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
+extern "C" void gp_cu_host_free(void *p) {
+    if (p) cudaFreeHost(p);
 }
 
 extern "C" int gp_cu_sync(gp_cu *d) {

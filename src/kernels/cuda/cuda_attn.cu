@@ -1,0 +1,319 @@
+/* cuda_attn.cu — attention of the CUDA backend over the KV cache's descriptor (gp_cu_attn: the held positions as
+ * runs of rows in the cache's storage or the chunk's staged rows, float32 or affine-quantized, and the visibility
+ * rule).
+ *
+ * One computation for every chunking (so the bits do not depend on it): the keys are cut at fixed absolute
+ * positions into splits of GP_CU_ATTN_SPLIT = 64; a warp computes one split for one (query, head) from the split's
+ * keys and values staged in shared memory (split_warp: lane l scores keys l and l + 32, each a sequential dot
+ * product; the max and the sum of exponentials by the warp's butterfly; the output elements lane, lane + 32, ...
+ * summed over the visible keys in order), and the splits that see a key are folded in increasing order by the
+ * online-softmax step (fold).  Decode runs the splits in parallel (attn_split_kernel: a block per split and kv
+ * head, a warp per query head of the group, partials to scratch) and folds them in a second kernel; a chunk of
+ * queries (attn_chunk_kernel) stages each split once for a tile of queries and every head of a kv group, and folds
+ * in registers.  Both call the same two functions with the same operands. */
+#include "kernels/cuda/cuda_launch.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+
+extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
+
+#define SPLIT GP_CU_ATTN_SPLIT
+#define MAX_NE 8 /* output elements per lane: head_dim <= 256 */
+
+/* 2^x as the GPU's ex2.approx.ftz (what flash attention's softmax evaluates) */
+__device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* What one call needs besides gp_cu_attn: the splits, the staging layout, the mode. */
+struct attn_plan {
+    int32_t np, lo, hi;  /* split ids: np pinned ones [0, np), then [lo, hi] */
+    int32_t first;       /* lowest held position */
+    int32_t ld;          /* floats per staged row (head_dim + 4: conflict-free float4 reads by lane = key) */
+    int32_t G;           /* query heads per kv head */
+    int bf;
+};
+
+/* Element i of row r of storage st: float32, or q * scale + min of its group (the CPU's two float32 roundings). */
+__device__ __forceinline__ float kv_at(const gp_cu_kv_rows &st, int quant, int64_t r, int32_t i) {
+    if (!quant) return st.f[r * st.kvd + i];
+    const uint8_t *q = st.q + r * st.row_bytes;
+    const int32_t g = i / st.group;
+    const int v = st.bits == 8 ? q[i] : (q[i >> 1] >> ((i & 1) * 4)) & 15;
+    return __fadd_rn(__fmul_rn((float)v, st.scale[r * st.n_groups + g]), st.minv[r * st.n_groups + g]);
+}
+
+/* The descriptor in shared memory (indexed at run time: a kernel parameter indexed so would go to local memory). */
+struct attn_desc_sm {
+    gp_cu_kv_seg seg[GP_CU_KV_MAX_SEGS];
+    gp_cu_kv_rows rows[4]; /* keys of the cache, of the chunk; values of the cache, of the chunk */
+};
+
+__device__ __forceinline__ void desc_to_smem(const gp_cu_attn &a, attn_desc_sm *d) {
+#pragma unroll
+    for (int i = 0; i < GP_CU_KV_MAX_SEGS; i++)
+        if (threadIdx.x == i) d->seg[i] = a.seg[i];
+    if (threadIdx.x == GP_CU_KV_MAX_SEGS) d->rows[0] = a.k[0], d->rows[1] = a.k[1], d->rows[2] = a.v[0], d->rows[3] = a.v[1];
+}
+
+/* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held. */
+__device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld,
+                            float *ks, float *vs, uint8_t *held) {
+    const int32_t hd = a.head_dim, nv = hd / 4, j0 = s * SPLIT, off = kvh * hd;
+    for (int idx = threadIdx.x; idx < SPLIT * nv; idx += blockDim.x) {
+        const int i = idx / nv, f = idx % nv;
+        const int32_t j = j0 + i;
+        int sg = -1;
+        for (int k = 0; k < a.n_seg; k++)
+            if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
+        if (f == 0) held[i] = sg >= 0;
+        if (sg < 0) continue;
+        const gp_cu_kv_seg S = d->seg[sg];
+        const gp_cu_kv_rows &K = d->rows[S.src], &V = d->rows[2 + S.src];
+        const int64_t r = S.r0 + (j - S.p0);
+        float4 kv, vv;
+        if (!S.quant) {
+            kv = *(const float4 *)(K.f + r * K.kvd + off + 4 * f);
+            vv = *(const float4 *)(V.f + r * V.kvd + off + 4 * f);
+        } else {
+            const int32_t e = off + 4 * f;
+            kv = make_float4(kv_at(K, 1, r, e), kv_at(K, 1, r, e + 1), kv_at(K, 1, r, e + 2), kv_at(K, 1, r, e + 3));
+            vv = make_float4(kv_at(V, 1, r, e), kv_at(V, 1, r, e + 1), kv_at(V, 1, r, e + 2), kv_at(V, 1, r, e + 3));
+        }
+        *(float4 *)(ks + i * ld + 4 * f) = kv;
+        *(float4 *)(vs + i * ld + 4 * f) = vv;
+    }
+}
+
+/* One split of one (query at position p, head) by one warp from the staged split (keys j0 .. j0 + 63): *m (the max
+ * score, scaled in flash mode), *l (the sum of exponentials) and acc[k] (unnormalized output element lane + 32 k).
+ * Returns 0 (nothing written) when the query sees no key of the split. */
+__device__ __forceinline__ int split_warp(const gp_cu_attn &a, const attn_plan &pl, const float *qs, const float *ks,
+                                          const float *vs, const uint8_t *held, int32_t j0, int32_t p, float *m,
+                                          float *l, float *acc) {
+    const int lane = threadIdx.x & 31, hd = a.head_dim, ld = pl.ld;
+    const int32_t lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+    const int32_t pin = lo > a.pinned ? a.pinned : lo;
+    /* bf16 mode without soft-capping: sdpa's flash softmax, p = 2^(score * scale * log2 e - max * scale * log2 e) */
+    const bool flash = pl.bf && a.softcap <= 0;
+    const float sl2 = a.scale * 1.4426950408889634f;
+    float sc[2];
+    bool vis[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int i = lane + 32 * h;
+        const int32_t j = j0 + i;
+        vis[h] = held[i] && j <= p && (j < pin || j >= lo);
+        float dot = 0.0f;
+        if (vis[h])
+            for (int e = 0; e < hd; e += 4) {
+                const float4 k = *(const float4 *)(ks + i * ld + e), q = *(const float4 *)(qs + e);
+                dot = fmaf(q.x, k.x, dot);
+                dot = fmaf(q.y, k.y, dot);
+                dot = fmaf(q.z, k.z, dot);
+                dot = fmaf(q.w, k.w, dot);
+            }
+        float s = -INFINITY;
+        if (vis[h]) {
+            s = flash ? dot : dot * a.scale; /* flash: the raw score, scaled inside the exponent */
+            if (a.softcap > 0) s = tanhf(s / a.softcap) * a.softcap;
+        }
+        sc[h] = s;
+    }
+    const unsigned v0 = __ballot_sync(0xffffffffu, vis[0]), v1 = __ballot_sync(0xffffffffu, vis[1]);
+    if (!v0 && !v1) return 0;
+    const float mx = warp_max(fmaxf(sc[0], sc[1])), msl2 = mx * sl2;
+    float pr[2], sum = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float e = !vis[h] ? 0.0f : flash ? ex2_approx(fmaf(sc[h], sl2, -msl2)) : expf(sc[h] - mx);
+        pr[h] = pl.bf ? bf16r(e) : e; /* bf16 mode (sdpa): p rounded for p·v, the sum of the float32 values */
+        sum += e;
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int k = 0; k < MAX_NE; k++) acc[k] = 0.0f;
+    for (int i = 0; i < SPLIT; i++) {
+        if (!(((i < 32 ? v0 : v1) >> (i & 31)) & 1u)) continue;
+        const float pi = __shfl_sync(0xffffffffu, i < 32 ? pr[0] : pr[1], i & 31);
+#pragma unroll
+        for (int k = 0; k < MAX_NE; k++)
+            if (lane + 32 * k < hd) acc[k] = fmaf(pi, vs[i * ld + lane + 32 * k], acc[k]);
+    }
+    *m = flash ? mx * a.scale : mx; /* folds work on scaled maxima */
+    *l = sum;
+    return 1;
+}
+
+/* The online-softmax fold of one split's (ms, ls, accs) into the running (M, L, O), explicit roundings. */
+__device__ __forceinline__ void fold(float &M, float &L, float *O, float ms, float ls, const float *accs) {
+    const float Mn = fmaxf(M, ms), a = M == -INFINITY ? 0.0f : expf(M - Mn), b = expf(ms - Mn);
+    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(ls, b));
+#pragma unroll
+    for (int k = 0; k < MAX_NE; k++) O[k] = __fadd_rn(__fmul_rn(O[k], a), __fmul_rn(accs[k], b));
+    M = Mn;
+}
+
+/* out [hd] of one (query, head) = O / L (rounded in bf16 mode; zeros when no key was seen). */
+__device__ __forceinline__ void finish_out(float *out, int hd, float L, const float *O, int bf) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < MAX_NE; k++)
+        if (lane + 32 * k < hd) {
+            const float v = L > 0 ? O[k] / L : 0.0f;
+            out[lane + 32 * k] = bf ? bf16r(v) : v;
+        }
+}
+
+/* Split id of compact index b. */
+__device__ __forceinline__ int32_t split_id(const attn_plan &pl, int32_t b) { return b < pl.np ? b : pl.lo + (b - pl.np); }
+
+/* Decode: grid (splits of the call, kv heads, queries); warp w = query head kvh * G + w.  part[(t, h, b)] = (m, l,
+ * acc [hd]); m = -inf when the split has no key for the query. */
+__global__ void attn_split_kernel(gp_cu_attn a, attn_plan pl) {
+    pdl_enter();
+    extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] */
+    __shared__ attn_desc_sm d;
+    __shared__ uint8_t held[SPLIT];
+    const int32_t b = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, hd = a.head_dim, ns = gridDim.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int32_t h = kvh * pl.G + warp, p = a.pos0 + t, j0 = split_id(pl, b) * SPLIT;
+    float *ks = smem, *vs = ks + SPLIT * pl.ld, *qs = vs + SPLIT * pl.ld + warp * hd;
+    float *part = a.part + (((size_t)t * a.n_heads + h) * ns + b) * (hd + 2);
+    desc_to_smem(a, &d);
+    for (int e = lane; e < hd; e += 32) qs[e] = a.q[((size_t)t * a.n_heads + h) * hd + e];
+    __syncthreads();
+    stage_split(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held);
+    __syncthreads();
+    float m, l, acc[MAX_NE];
+    if (!split_warp(a, pl, qs, ks, vs, held, j0, p, &m, &l, acc)) {
+        if (lane == 0) part[0] = -INFINITY, part[1] = 0.0f;
+        return;
+    }
+    if (lane == 0) part[0] = m, part[1] = l;
+#pragma unroll
+    for (int k = 0; k < MAX_NE; k++)
+        if (lane + 32 * k < hd) part[2 + lane + 32 * k] = acc[k];
+}
+
+/* Decode, second kernel: a warp per (query, head) folds the call's splits in order. */
+__global__ void attn_fold_kernel(gp_cu_attn a, attn_plan pl, int32_t ns) {
+    pdl_enter();
+    const int32_t th = blockIdx.x, hd = a.head_dim, lane = threadIdx.x;
+    const float *part = a.part + (size_t)th * ns * (hd + 2);
+    float M = -INFINITY, L = 0.0f, O[MAX_NE], accs[MAX_NE];
+#pragma unroll
+    for (int k = 0; k < MAX_NE; k++) O[k] = 0.0f;
+    for (int32_t b = 0; b < ns; b++) {
+        const float *ps = part + (size_t)b * (hd + 2);
+        if (ps[0] == -INFINITY) continue;
+#pragma unroll
+        for (int k = 0; k < MAX_NE; k++) accs[k] = lane + 32 * k < hd ? ps[2 + lane + 32 * k] : 0.0f;
+        fold(M, L, O, ps[0], ps[1], accs);
+    }
+    finish_out(a.out + (size_t)th * hd, hd, L, O, pl.bf);
+}
+
+/* A chunk of queries: grid (query tiles, kv heads); warp w = (query tile * QT + w / G, head kvh * G + w % G).  The
+ * block stages each split its queries may see once and every warp folds it in registers. */
+__global__ void attn_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
+    pdl_enter();
+    extern __shared__ float smem[];
+    __shared__ attn_desc_sm d;
+    __shared__ uint8_t held[SPLIT];
+    const int32_t kvh = blockIdx.y, hd = a.head_dim, warp = threadIdx.x >> 5;
+    const int32_t t = blockIdx.x * qt + warp / pl.G, h = kvh * pl.G + warp % pl.G, p = a.pos0 + t;
+    const bool active = t < a.n;
+    float *ks = smem, *vs = ks + SPLIT * pl.ld, *qs = vs + SPLIT * pl.ld + warp * hd;
+    desc_to_smem(a, &d);
+    for (int e = threadIdx.x & 31; e < hd && active; e += 32) qs[e] = a.q[((size_t)t * a.n_heads + h) * hd + e];
+    /* this tile's splits: the pinned ones, then those from its first query's window (or the first held position)
+     * to its last query's position */
+    const int32_t pf = a.pos0 + blockIdx.x * qt, pl_last = min(a.pos0 + a.n - 1, pf + qt - 1);
+    const int32_t lo_pos = a.window > 0 && pf - a.window + 1 > pl.first ? pf - a.window + 1 : pl.first;
+    const int32_t s_lo = lo_pos / SPLIT, s_hi = pl_last / SPLIT;
+    const int32_t npin = a.window > 0 && a.pinned > 0 ? min((a.pinned + SPLIT - 1) / SPLIT, s_lo) : 0;
+    float M = -INFINITY, L = 0.0f, O[MAX_NE], acc[MAX_NE];
+#pragma unroll
+    for (int k = 0; k < MAX_NE; k++) O[k] = 0.0f;
+    for (int32_t b = 0; b < npin + s_hi - s_lo + 1; b++) {
+        const int32_t s = b < npin ? b : s_lo + (b - npin);
+        __syncthreads(); /* the previous split's readers are done (and the descriptor is in place) */
+        stage_split(a, &d, s, kvh, pl.ld, ks, vs, held);
+        __syncthreads();
+        float m, l;
+        if (active && s * SPLIT <= p && split_warp(a, pl, qs, ks, vs, held, s * SPLIT, p, &m, &l, acc))
+            fold(M, L, O, m, l, acc);
+    }
+    if (active) finish_out(a.out + ((size_t)t * a.n_heads + h) * hd, hd, L, O, pl.bf);
+}
+
+/* The call's splits: the last query's split, down to the first query's window start (or the first held position),
+ * plus the splits of pinned positions below that. */
+static attn_plan plan_of(const gp_cu_attn *a, int bf) {
+    int32_t first = INT32_MAX;
+    for (int s = 0; s < a->n_seg; s++) first = a->seg[s].p0 < first ? a->seg[s].p0 : first;
+    if (first == INT32_MAX) first = a->pos0;
+    const int32_t lo = a->window > 0 && a->pos0 - a->window + 1 > first ? a->pos0 - a->window + 1 : first;
+    attn_plan m;
+    m.hi = (a->pos0 + a->n - 1) / SPLIT;
+    m.lo = lo / SPLIT < m.hi ? lo / SPLIT : m.hi;
+    const int32_t pin = a->window > 0 && a->pinned > 0 ? (a->pinned + SPLIT - 1) / SPLIT : 0;
+    m.np = pin < m.lo ? pin : m.lo;
+    m.first = first;
+    m.ld = a->head_dim + 4;
+    m.G = a->n_heads / a->n_kv;
+    m.bf = bf;
+    return m;
+}
+
+extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
+    if (a->n > 1) return 0; /* a chunk folds in registers */
+    const attn_plan m = plan_of(a, 0);
+    return (size_t)a->n * a->n_heads * (size_t)(m.np + m.hi - m.lo + 1) * (size_t)(a->head_dim + 2);
+}
+
+/* Largest dynamic shared memory the attention kernels take: staged split tiles of head_dim 256 and 16 warps' q. */
+#define ATTN_SMEM_MAX ((2 * SPLIT * (32 * MAX_NE + 4) + 16 * 32 * MAX_NE) * sizeof(float))
+
+extern "C" int gp_cu_attn_prepare(void) {
+    cudaError_t e = cudaFuncSetAttribute(attn_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)ATTN_SMEM_MAX);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(attn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+    return (int)e;
+}
+
+extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
+    if (a->n <= 0) return 0;
+    if (a->n_seg > GP_CU_KV_MAX_SEGS || a->n_kv <= 0 || a->n_heads % a->n_kv || a->head_dim % 4 ||
+        a->head_dim > 32 * MAX_NE)
+        return (int)cudaErrorInvalidValue;
+    cudaStream_t s = gp_cu_stream(d);
+    const attn_plan pl = plan_of(a, gp_cu_bf16(d));
+    const size_t tiles = (size_t)2 * SPLIT * pl.ld * sizeof(float);
+    if (a->n == 1) { /* decode: the splits in parallel, then the fold */
+        const int32_t ns = pl.np + pl.hi - pl.lo + 1;
+        const size_t sh = tiles + (size_t)pl.G * a->head_dim * sizeof(float);
+        if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
+        launch(attn_split_kernel, dim3((unsigned)ns, (unsigned)a->n_kv, 1), dim3(32 * pl.G), sh, s, *a, pl);
+        launch(attn_fold_kernel, dim3((unsigned)a->n_heads), dim3(32), 0, s, *a, pl, ns);
+    } else {
+        const int32_t qt = pl.G >= 16 ? 1 : 16 / pl.G, warps = qt * pl.G; /* 16 warps: a staged split serves 16 */
+        const size_t sh = tiles + (size_t)warps * a->head_dim * sizeof(float);
+        if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
+        launch(attn_chunk_kernel, dim3((unsigned)((a->n + qt - 1) / qt), (unsigned)a->n_kv), dim3(32 * warps), sh, s,
+               *a, pl, qt);
+    }
+    return (int)cudaGetLastError();
+}

@@ -1,0 +1,360 @@
+/* cuda_mma.cu — the bf16 compute mode's projections on tensor cores: y [n, rows] (+)= x [n, cols] @ W^T (+ bias)
+ * with bf16 operands (the mode's activations are bf16 values; bf16 weights as stored, f16/f32 ones rounded to bf16
+ * as transformers loads them) and float32 accumulation, through mma.sync m16n8k16 (tokens are M, weight rows N).
+ *
+ * One order for every token count, so one token alone gives the bits it has inside a chunk:
+ *   - the columns are taken in chunks of 32; within a chunk, a fragment row's lane c (0..3) holds the 8 stored
+ *     elements [8c, 8c + 8): elements 0..3 are the first 16-column block's k = 2c, 2c+1, 2c+8, 2c+9 and elements
+ *     4..7 the second block's (operands and weights use the same map, so each product pairs the right elements);
+ *   - chunk j is summed into chain j mod 4, each chain by one mma per 16-column block in increasing order, and the
+ *     chains are added in order ((c0 + c1) + c2) + c3;
+ *   - then mm_val's bias and rounding, and the residual add, as the other kernels.
+ * An output's bits depend on its row, its token and the shape alone: the decode kernels (n <= 16: one M tile, zero
+ * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch) and the
+ * prefill kernel (64 x 64 tiles through shared memory, every chain in registers) give the same numbers. */
+#include "kernels/cuda/cuda_launch.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
+
+/* the same output expressions as cuda_matmul.cu's mm_val / mm_store */
+__device__ __forceinline__ float mma_val(float s, bool has_b, float b, int mode, float alpha) {
+    s = alpha == 1.0f ? s : alpha * s;
+    if (mode & GP_CU_ROUND) return bf16r(has_b ? s + bf16r(b) : s);
+    return has_b ? s + b : s;
+}
+__device__ __forceinline__ void mma_store(float *o, float v, int mode) {
+    *o = !(mode & GP_CU_ACC) ? v : (mode & GP_CU_ROUND) ? bf16r(*o + v) : *o + v;
+}
+
+/* Two floats as one bf16x2 register (lo in the low half: the smaller column). */
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* d += a (16x16, row) * b (16x8, col), bf16 in, float32 accumulators */
+__device__ __forceinline__ void mma16816(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The 8 stored weights [k, k + 8) of a row as four bf16x2 words (rounded to bf16 unless stored as bf16); zeros past
+ * cols (cols % 8 == 0). */
+template <int DT>
+__device__ __forceinline__ uint4 w8(const void *W, int64_t r, int64_t cols, int64_t k) {
+    if (k >= cols) return make_uint4(0, 0, 0, 0);
+    if (DT == GP_CU_BF16) return __ldcs((const uint4 *)((const uint16_t *)W + r * cols + k));
+    float f[8];
+    if (DT == GP_CU_F32) {
+        const float4 *p = (const float4 *)((const float *)W + r * cols + k);
+        const float4 a = __ldcs(p), b = __ldcs(p + 1);
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    } else {
+        const uint4 u = __ldcs((const uint4 *)((const __half *)W + r * cols + k));
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 v = __half22float2(*(const __half2 *)&w[i]);
+            f[2 * i] = v.x, f[2 * i + 1] = v.y;
+        }
+    }
+    return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+}
+
+/* The 8 activations [k, k + 8) of token row t as four bf16x2 words; zeros past cols or for t >= n. */
+__device__ __forceinline__ uint4 x8(const float *x, int32_t t, int32_t n, int64_t cols, int64_t k) {
+    if (t >= n || k >= cols) return make_uint4(0, 0, 0, 0);
+    const float4 *p = (const float4 *)(x + (size_t)t * cols + k);
+    const float4 a = __ldg(p), b = __ldg(p + 1);
+    return make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+}
+
+/* The two 16-column blocks of one 32-column chunk: acc (rows g, g+8 of the token tile x cols 2c, 2c+1 of the 8
+ * weight rows) += A (token rows g: a, g + 8: a8) * W (b). */
+__device__ __forceinline__ void chunk_mma(float *acc, const uint4 &a, const uint4 &a8, const uint4 &b) {
+    mma16816(acc, a.x, a8.x, a.y, a8.y, b.x, b.y);
+    mma16816(acc, a.z, a8.z, a.w, a8.w, b.z, b.w);
+}
+
+/* Chains of every weight: chunk j of the columns adds into chain j mod CHAINS (the decode kernel runs a warp per chain,
+ * which gives it four times the loads in flight of one warp per 8 rows). */
+#define CHAINS 4
+#ifndef GP_CU_DEC_UNR
+#define GP_CU_DEC_UNR 4 /* chunks of a chain in flight per lane (decode) */
+#endif
+#define DEC_UNR GP_CU_DEC_UNR
+
+/* Up to 3 weights of one dtype and column count, one token tile (decode: q|k|v in one launch, or one weight).
+ * Every part but the last has a multiple of 8 rows, so an 8-row group never straddles two. */
+struct mma_parts {
+    const void *W[3], *B[3];
+    float *Y[3];
+    int64_t rows[3];
+    int bdt[3];
+    int m;
+};
+
+/* chain `chain` of 8 weight rows from wr0 (rows >= rows read the last row; never stored): acc (tokens g, g + 8 x
+ * rows 2c, 2c + 1) over chunks chain, chain + CHAINS, ... in order */
+template <int DT>
+__device__ __forceinline__ void decode_chain(float *acc, const float *__restrict__ x, const void *__restrict__ W,
+                                             int64_t wr, int64_t cols, int32_t n, int chain, int g, int c) {
+    const int64_t nch = (cols + 31) / 32;
+    acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+    for (int64_t j0 = chain; j0 < nch; j0 += (int64_t)CHAINS * DEC_UNR) {
+        uint4 b[DEC_UNR], a[DEC_UNR], a8[DEC_UNR];
+#pragma unroll
+        for (int u = 0; u < DEC_UNR; u++) {
+            const int64_t j = j0 + (int64_t)u * CHAINS, k = j * 32 + 8 * c;
+            b[u] = j < nch ? w8<DT>(W, wr, cols, k) : make_uint4(0, 0, 0, 0);
+            a[u] = x8(x, g, n, cols, k);
+            a8[u] = x8(x, g + 8, n, cols, k);
+        }
+#pragma unroll
+        for (int u = 0; u < DEC_UNR; u++)
+            if (j0 + (int64_t)u * CHAINS < nch) chunk_mma(acc, a[u], a8[u], b[u]);
+    }
+}
+
+/* The chains of a block's warps (warp = chain) summed in order ((c0 + c1) + c2) + c3 into warp 0's acc; part is
+ * [CHAINS][32][4] shared.  Returns 1 in warp 0. */
+__device__ __forceinline__ int sum_chains(float *acc, float (*part)[32][4], int warp, int lane) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) part[warp][lane][i] = acc[i];
+    __syncthreads();
+    if (warp) return 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float v = part[0][lane][i];
+#pragma unroll
+        for (int k = 1; k < CHAINS; k++) v += part[k][lane][i];
+        acc[i] = v;
+    }
+    return 1;
+}
+
+/* Decode (n <= 16 tokens): a block of CHAINS warps per 8 weight rows of the parts, warp w running chain w; lane (g, c)
+ * loads 16 bytes of weight row g per chunk and multiplies the token tile (zero rows beyond n). */
+template <int DT>
+__global__ void __launch_bounds__(32 * CHAINS)
+    mma_decode_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int32_t n, int mode, float alpha) {
+    pdl_enter();
+    __shared__ float part[CHAINS][32][4];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    int64_t r0 = (int64_t)blockIdx.x * 8;
+    /* the part of this group, chosen with constant indices (a parameter array indexed at run time would be copied
+     * to local memory) */
+    const void *W = p.W[0], *B = p.B[0];
+    float *Y = p.Y[0];
+    int64_t rows = p.rows[0];
+    int bdt = p.bdt[0];
+#pragma unroll
+    for (int k = 1; k < 3; k++)
+        if (k < p.m && r0 >= rows) r0 -= rows, W = p.W[k], B = p.B[k], Y = p.Y[k], rows = p.rows[k], bdt = p.bdt[k];
+    if (r0 >= rows) return; /* the whole block: past the last part */
+    float acc[4];
+    decode_chain<DT>(acc, x, W, r0 + g < rows ? r0 + g : rows - 1, cols, n, warp, g, c);
+    if (!sum_chains(acc, part, warp, lane)) return;
+#pragma unroll
+    for (int i = 0; i < 4; i++) { /* acc[i]: token g (i < 2) or g + 8, weight row r0 + 2c + (i & 1) */
+        const int32_t t = g + (i >> 1) * 8;
+        const int64_t r = r0 + 2 * c + (i & 1);
+        if (t < n && r < rows)
+            mma_store(Y + (size_t)t * rows + r, mma_val(acc[i], B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, alpha),
+                      mode);
+    }
+}
+
+/* One token through gate and up (same shape): a block of 2 CHAINS warps per 8 rows (warps 0..CHAINS-1 the gate's chains,
+ * CHAINS..2 CHAINS-1 the up's), then y[r] = act(gate) * up with the GLU op's expression: the bits of the two products (the
+ * decode kernel's) and glu_kernel. */
+template <int DT>
+__global__ void __launch_bounds__(64 * CHAINS)
+    mma_decode_glu_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ G,
+                          const void *__restrict__ U, int64_t rows, int64_t cols, const void *bg, const void *bu,
+                          int bdt, int act, int mode) {
+    pdl_enter();
+    __shared__ float part[2][CHAINS][32][4];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int which = warp / CHAINS, chain = warp % CHAINS;
+    const int64_t r0 = (int64_t)blockIdx.x * 8;
+    float acc[4];
+    decode_chain<DT>(acc, x, which ? U : G, r0 + g < rows ? r0 + g : rows - 1, cols, 1, chain, g, c);
+#pragma unroll
+    for (int i = 0; i < 4; i++) part[which][chain][lane][i] = acc[i];
+    __syncthreads();
+    if (warp) return;
+    float v[2][2]; /* [gate, up][row 2c, 2c + 1] of token 0 (acc[0], acc[1]) */
+#pragma unroll
+    for (int w = 0; w < 2; w++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float s = part[w][0][lane][i];
+#pragma unroll
+            for (int k = 1; k < CHAINS; k++) s += part[w][k][lane][i];
+            v[w][i] = s;
+        }
+    if (g) return; /* token 0 lives in lanes g = 0 */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int64_t r = r0 + 2 * c + i;
+        if (r >= rows) continue;
+        const float gv = mma_val(v[0][i], bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
+        const float uv = mma_val(v[1][i], bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
+        y[r] = glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
+    }
+}
+
+/* Prefill: a block of 4 warps computes 64 tokens x 64 weight rows; warp (wm, wn) 32 x 32 of them.  Each 32-column
+ * chunk of both operands goes through shared memory as bf16 (64-byte rows: the fragment loads are conflict-free),
+ * the next chunk loading into registers while this one is multiplied; chunk j adds into chain j mod CHAINS. */
+template <int DT>
+__global__ void __launch_bounds__(128)
+    mma_prefill_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
+                       int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode, float alpha) {
+    pdl_enter();
+    __shared__ uint4 sa[2][64][4], sb[2][64][4]; /* [buffer][row][16-byte part] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int wm = warp >> 1, wn = warp & 1;
+    const int32_t t0 = blockIdx.y * 64;
+    const int64_t r0 = (int64_t)blockIdx.x * 64;
+    const int64_t nch = (cols + 31) / 32;
+    /* loader: thread tid fills parts 2 (tid & 1) and 2 (tid & 1) + 1 of row tid / 2 of both tiles */
+    const int lrow = tid >> 1, lpart = 2 * (tid & 1);
+    const int64_t lw = r0 + lrow < rows ? r0 + lrow : rows - 1;
+    uint4 ra[2], rb[2];
+    auto load = [&](int64_t j) {
+#pragma unroll
+        for (int p = 0; p < 2; p++) {
+            const int64_t k = j * 32 + 8 * (lpart + p);
+            ra[p] = x8(x, t0 + lrow, n, cols, k);
+            rb[p] = w8<DT>(W, lw, cols, k);
+        }
+    };
+    auto stash = [&](int buf) {
+#pragma unroll
+        for (int p = 0; p < 2; p++) sa[buf][lrow][lpart + p] = ra[p], sb[buf][lrow][lpart + p] = rb[p];
+    };
+    float acc[CHAINS][2][4][4];
+#pragma unroll
+    for (int s = 0; s < CHAINS; s++)
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[s][i][j][e] = 0.0f;
+    load(0);
+    stash(0);
+    __syncthreads();
+    for (int64_t j0 = 0; j0 < nch; j0 += CHAINS) {
+#pragma unroll
+        for (int s = 0; s < CHAINS; s++) {
+            const int64_t j = j0 + s;
+            if (j >= nch) break;
+            const int buf = (int)(j & 1);
+            if (j + 1 < nch) load(j + 1);
+            uint4 a[2], a8[2], b[4];
+#pragma unroll
+            for (int i = 0; i < 2; i++) a[i] = sa[buf][wm * 32 + i * 16 + g][c], a8[i] = sa[buf][wm * 32 + i * 16 + g + 8][c];
+#pragma unroll
+            for (int q = 0; q < 4; q++) b[q] = sb[buf][wn * 32 + q * 8 + g][c];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) chunk_mma(acc[s][i][q], a[i], a8[i], b[q]);
+            if (j + 1 < nch) stash(buf ^ 1);
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = acc[0][i][q][e];
+#pragma unroll
+                for (int s = 1; s < CHAINS; s++) v += acc[s][i][q][e];
+                const int32_t t = t0 + wm * 32 + i * 16 + g + (e >> 1) * 8;
+                const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
+                if (t < n && r < rows)
+                    mma_store(y + (size_t)t * rows + r,
+                              mma_val(v, bias != NULL, bias ? wt_at(bias, bias_dt, r) : 0.0f, mode, alpha), mode);
+            }
+}
+
+template <int DT>
+static void launch_mma(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+                       int mode, float alpha) {
+    if (n <= 16) {
+        mma_parts p = {};
+        p.W[0] = w->data, p.B[0] = b, p.Y[0] = y, p.rows[0] = w->rows, p.bdt[0] = bdt, p.m = 1;
+        launch(mma_decode_kernel<DT>, dim3((unsigned)((w->rows + 7) / 8)), dim3(32 * CHAINS), 0, s, p, x, w->cols, n, mode,
+               alpha);
+    } else {
+        const dim3 grid((unsigned)((w->rows + 63) / 64), (unsigned)((n + 63) / 64));
+        launch(mma_prefill_kernel<DT>, grid, dim3(128), 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
+    }
+}
+
+extern "C" int gp_cu_mma_ok(const gp_cu_wt *w, const float *x) {
+    const size_t es = w->dtype == GP_CU_F32 ? 4 : 2;
+    return w->dtype != GP_CU_QAFFINE && w->cols % 8 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0 &&
+           (w->cols * es) % 16 == 0;
+}
+
+extern "C" int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt,
+                                int32_t n, int mode, float alpha) {
+    cudaStream_t s = gp_cu_stream(d);
+    by_dtype(w->dtype, [&](auto dt) { launch_mma<dt>(s, y, x, w, b, bdt, n, mode, alpha); });
+    return (int)cudaGetLastError();
+}
+
+/* One token through m <= 3 weights of one dtype and column count (q|k|v): one launch, each part the bits of
+ * gp_cu_matmul_mma. */
+extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_wt *ws,
+                                      const gp_cu_wt *bs, int mode) {
+    if (m < 1 || m > 3) return (int)cudaErrorNotSupported;
+    mma_parts p = {};
+    int64_t groups = 0;
+    for (int32_t i = 0; i < m; i++) {
+        if (ws[i].dtype != ws[0].dtype || ws[i].cols != ws[0].cols || !gp_cu_mma_ok(&ws[i], x) ||
+            (i + 1 < m && ws[i].rows % 8))
+            return (int)cudaErrorNotSupported;
+        p.W[i] = ws[i].data, p.B[i] = bs[i].data, p.Y[i] = ys[i], p.rows[i] = ws[i].rows;
+        p.bdt[i] = bs[i].data ? bs[i].dtype : 0;
+        groups += (ws[i].rows + 7) / 8;
+    }
+    p.m = m;
+    cudaStream_t s = gp_cu_stream(d);
+    const dim3 grid((unsigned)groups), blk(32 * CHAINS);
+    by_dtype(ws[0].dtype, [&](auto dt) { launch(mma_decode_kernel<dt>, grid, blk, 0, s, p, x, ws[0].cols, 1, mode, 1.0f); });
+    return (int)cudaGetLastError();
+}
+
+/* One token: y = act(x G^T + bg) * (x U^T + bu) on tensor cores (gp_cu_matmul_mma twice, then the GLU op's bits). */
+extern "C" int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp_cu_wt *g, const gp_cu_wt *bg,
+                                    const gp_cu_wt *u, const gp_cu_wt *bu, int32_t act, int mode) {
+    const bool biased = bg->data != NULL;
+    if (g->dtype != u->dtype || g->rows != u->rows || g->cols != u->cols || !gp_cu_mma_ok(g, x) ||
+        !gp_cu_mma_ok(u, x) || biased != (bu->data != NULL) || (biased && bg->dtype != bu->dtype))
+        return (int)cudaErrorNotSupported;
+    if (g->rows <= 0) return 0;
+    cudaStream_t s = gp_cu_stream(d);
+    const dim3 grid((unsigned)((g->rows + 7) / 8)), blk(64 * CHAINS);
+    const int bdt = biased ? bg->dtype : 0;
+    by_dtype(g->dtype, [&](auto dt) {
+        launch(mma_decode_glu_kernel<dt>, grid, blk, 0, s, y, x, g->data, u->data, g->rows, g->cols, bg->data,
+               bu->data, bdt, act, mode);
+    });
+    return (int)cudaGetLastError();
+}
