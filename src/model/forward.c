@@ -2,7 +2,8 @@
  * work between them; gp_ctx_eval in context.c drives it chunk by chunk):
  *   x = embed(ids) (* sqrt(hidden) for Gemma)
  *   per layer: h = norm(x); q,k,v = linears(h); rope(q, k) [after per-head norms] (storing k,v in the cache when
- *              its rows can take them now, else staging them); attention over the cache's descriptor; commit k,v; x += linear_o(attn) [post-attn norm before the add];
+ *              its rows can take them now, else staging them); attention over the cache's descriptor; commit k,v;
+ *              x += linear_o(attn) [post-attn norm before the add];
  *              h = norm(x); x += down(act(gate(h)) * up(h)) [post-ffn norm before the add]; x += steering
  *   logits = lm_head(norm(x)) [soft-capped] [+ logit bias]
  * What differs between families is data in gp_arch (config.h), never a branch per family name; what differs
