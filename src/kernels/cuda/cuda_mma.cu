@@ -11,7 +11,7 @@
  *   - then mm_val's bias and rounding, and the residual add, as the other kernels.
  * An output's bits depend on its row, its token and the shape alone: the decode kernels (n <= 16: one M tile, zero
  * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch) and the
- * prefill kernel (64 x 64 tiles through shared memory, every chain in registers) give the same numbers. */
+ * prefill kernel (64 x 128 tiles through shared memory, chain after chain) give the same numbers. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -213,82 +213,91 @@ __global__ void __launch_bounds__(64 * CHAINS)
     }
 }
 
-/* Prefill: a block of 4 warps computes 64 tokens x 64 weight rows; warp (wm, wn) 32 x 32 of them.  Each 32-column
+/* Prefill: a block of 8 warps computes 64 tokens x 128 weight rows; warp (wm, wn) 32 x 32 of them.  Each 32-column
  * chunk of both operands goes through shared memory as bf16 (64-byte rows: the fragment loads are conflict-free),
- * the next chunk loading into registers while this one is multiplied; chunk j adds into chain j mod CHAINS. */
+ * the next chunk loading into registers while this one is multiplied.  The chunks are taken chain by chain (0, 4,
+ * 8, ..., then 1, 5, ...): each chain sums into acc, which is then added to the total in chain order, the decode
+ * kernels' ((c0 + c1) + c2) + c3 with two register sets instead of four. */
 template <int DT>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(256)
     mma_prefill_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
                        int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode, float alpha) {
     pdl_enter();
-    __shared__ uint4 sa[2][64][4], sb[2][64][4]; /* [buffer][row][16-byte part] */
+    __shared__ uint4 sa[2][64][4], sb[2][128][4]; /* [buffer][row][16-byte part] */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
-    const int wm = warp >> 1, wn = warp & 1;
+    const int wm = warp >> 2, wn = warp & 3;
     const int32_t t0 = blockIdx.y * 64;
-    const int64_t r0 = (int64_t)blockIdx.x * 64;
+    const int64_t r0 = (int64_t)blockIdx.x * 128;
     const int64_t nch = (cols + 31) / 32;
-    /* loader: thread tid fills parts 2 (tid & 1) and 2 (tid & 1) + 1 of row tid / 2 of both tiles */
-    const int lrow = tid >> 1, lpart = 2 * (tid & 1);
-    const int64_t lw = r0 + lrow < rows ? r0 + lrow : rows - 1;
-    uint4 ra[2], rb[2];
+    /* loader: thread tid fills part tid & 3 of token row tid / 4 and of weight rows tid / 4 and tid / 4 + 64 */
+    const int lrow = tid >> 2, lpart = tid & 3;
+    const int64_t lw0 = r0 + lrow < rows ? r0 + lrow : rows - 1, lw1 = r0 + lrow + 64 < rows ? r0 + lrow + 64 : rows - 1;
+    uint4 ra, rb0, rb1;
     auto load = [&](int64_t j) {
-#pragma unroll
-        for (int p = 0; p < 2; p++) {
-            const int64_t k = j * 32 + 8 * (lpart + p);
-            ra[p] = x8(x, t0 + lrow, n, cols, k);
-            rb[p] = w8<DT>(W, lw, cols, k);
-        }
+        const int64_t k = j * 32 + 8 * lpart;
+        ra = x8(x, t0 + lrow, n, cols, k);
+        rb0 = w8<DT>(W, lw0, cols, k);
+        rb1 = w8<DT>(W, lw1, cols, k);
     };
-    auto stash = [&](int buf) {
-#pragma unroll
-        for (int p = 0; p < 2; p++) sa[buf][lrow][lpart + p] = ra[p], sb[buf][lrow][lpart + p] = rb[p];
+    auto stash = [&](int buf) { sa[buf][lrow][lpart] = ra, sb[buf][lrow][lpart] = rb0, sb[buf][lrow + 64][lpart] = rb1; };
+    /* the chunk after j: the next of its chain, else the first of the next chain, else -1 */
+    auto next = [&](int64_t j) -> int64_t {
+        if (j + CHAINS < nch) return j + CHAINS;
+        const int64_t c1 = j % CHAINS + 1;
+        return c1 < CHAINS && c1 < nch ? c1 : -1;
     };
-    float acc[CHAINS][2][4][4];
+    float acc[2][4][4], tot[2][4][4];
 #pragma unroll
-    for (int s = 0; s < CHAINS; s++)
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][q][e] = tot[i][q][e] = 0.0f;
+    int chain = 0, buf = 0;
+    /* adds the finished chain's acc to the total (the first chain is the total) and clears acc */
+    auto fold = [&]() {
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+            for (int q = 0; q < 4; q++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[s][i][j][e] = 0.0f;
+                for (int e = 0; e < 4; e++) tot[i][q][e] = chain ? tot[i][q][e] + acc[i][q][e] : acc[i][q][e], acc[i][q][e] = 0.0f;
+        chain++;
+    };
     load(0);
     stash(0);
     __syncthreads();
-    for (int64_t j0 = 0; j0 < nch; j0 += CHAINS) {
+    for (int64_t j = 0; j >= 0;) {
+        const int64_t jn = next(j);
+        if (jn >= 0) load(jn);
+        uint4 a[2], a8[2], b[4];
 #pragma unroll
-        for (int s = 0; s < CHAINS; s++) {
-            const int64_t j = j0 + s;
-            if (j >= nch) break;
-            const int buf = (int)(j & 1);
-            if (j + 1 < nch) load(j + 1);
-            uint4 a[2], a8[2], b[4];
+        for (int i = 0; i < 2; i++) a[i] = sa[buf][wm * 32 + i * 16 + g][c], a8[i] = sa[buf][wm * 32 + i * 16 + g + 8][c];
 #pragma unroll
-            for (int i = 0; i < 2; i++) a[i] = sa[buf][wm * 32 + i * 16 + g][c], a8[i] = sa[buf][wm * 32 + i * 16 + g + 8][c];
+        for (int q = 0; q < 4; q++) b[q] = sb[buf][wn * 32 + q * 8 + g][c];
 #pragma unroll
-            for (int q = 0; q < 4; q++) b[q] = sb[buf][wn * 32 + q * 8 + g][c];
+        for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) chunk_mma(acc[s][i][q], a[i], a8[i], b[q]);
-            if (j + 1 < nch) stash(buf ^ 1);
-            __syncthreads();
-        }
+            for (int q = 0; q < 4; q++) chunk_mma(acc[i][q], a[i], a8[i], b[q]);
+        if (jn < 0 || jn % CHAINS != j % CHAINS) fold(); /* j was its chain's last chunk */
+        if (jn >= 0) stash(buf ^ 1);
+        __syncthreads();
+        buf ^= 1;
+        j = jn;
     }
+    while (chain < CHAINS) fold(); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int q = 0; q < 4; q++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float v = acc[0][i][q][e];
-#pragma unroll
-                for (int s = 1; s < CHAINS; s++) v += acc[s][i][q][e];
                 const int32_t t = t0 + wm * 32 + i * 16 + g + (e >> 1) * 8;
                 const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
                 if (t < n && r < rows)
                     mma_store(y + (size_t)t * rows + r,
-                              mma_val(v, bias != NULL, bias ? wt_at(bias, bias_dt, r) : 0.0f, mode, alpha), mode);
+                              mma_val(tot[i][q][e], bias != NULL, bias ? wt_at(bias, bias_dt, r) : 0.0f, mode, alpha),
+                              mode);
             }
 }
 
@@ -301,8 +310,8 @@ static void launch_mma(cudaStream_t s, float *y, const float *x, const gp_cu_wt 
         launch(mma_decode_kernel<DT>, dim3((unsigned)((w->rows + 7) / 8)), dim3(32 * CHAINS), 0, s, p, x, w->cols, n, mode,
                alpha);
     } else {
-        const dim3 grid((unsigned)((w->rows + 63) / 64), (unsigned)((n + 63) / 64));
-        launch(mma_prefill_kernel<DT>, grid, dim3(128), 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
+        const dim3 grid((unsigned)((w->rows + 127) / 128), (unsigned)((n + 63) / 64));
+        launch(mma_prefill_kernel<DT>, grid, dim3(256), 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
     }
 }
 
