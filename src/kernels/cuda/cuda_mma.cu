@@ -261,7 +261,10 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int q = 0; q < 4; q++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) tot[i][q][e] = chain ? tot[i][q][e] + acc[i][q][e] : acc[i][q][e], acc[i][q][e] = 0.0f;
+                for (int e = 0; e < 4; e++) {
+                    tot[i][q][e] = chain ? tot[i][q][e] + acc[i][q][e] : acc[i][q][e];
+                    acc[i][q][e] = 0.0f;
+                }
         chain++;
     };
     load(0);
