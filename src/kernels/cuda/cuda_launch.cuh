@@ -51,6 +51,18 @@ static inline void by_dtype(int dt, F f) {
 /* x rounded to the nearest bfloat16 (ties to even), as a float: what a torch bf16 tensor holds (the bf16 mode). */
 __device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+/* A projection's output: the product s (times alpha, the LoRA scale) + bias b, rounded as the bf16 mode's linear
+ * under GP_CU_ROUND (the sum + bf16(b) rounded once); mm_store writes it, or adds it to *o under GP_CU_ACC (the
+ * residual add: y + v rounded again in the bf16 mode).  Every projection kernel ends with these two. */
+__device__ __forceinline__ float mm_val(float s, bool has_b, float b, int mode, float alpha) {
+    s = alpha == 1.0f ? s : alpha * s;
+    if (mode & GP_CU_ROUND) return bf16r(has_b ? s + bf16r(b) : s);
+    return has_b ? s + b : s;
+}
+__device__ __forceinline__ void mm_store(float *o, float v, int mode) {
+    *o = !(mode & GP_CU_ACC) ? v : (mode & GP_CU_ROUND) ? bf16r(*o + v) : *o + v;
+}
+
 /* act(x): SiLU or the tanh approximation of GELU */
 __device__ __forceinline__ float act_val(float x, int act) {
     if (act == GP_CU_ACT_SILU) return x / (1.0f + expf(-x));

@@ -24,16 +24,6 @@ __device__ __forceinline__ void wt_mode(float *f, int roundw) {
         for (int e = 0; e < E; e++) f[e] = bf16r(f[e]);
 }
 
-/* The output of one product s (+ bias b) under mode and alpha. */
-__device__ __forceinline__ float mm_val(float s, bool has_b, float b, int mode, float alpha) {
-    s = alpha == 1.0f ? s : alpha * s;
-    if (mode & GP_CU_ROUND) return bf16r(has_b ? s + bf16r(b) : s);
-    return has_b ? s + b : s;
-}
-__device__ __forceinline__ void mm_store(float *o, float v, int mode) {
-    *o = !(mode & GP_CU_ACC) ? v : (mode & GP_CU_ROUND) ? bf16r(*o + v) : *o + v;
-}
-
 #define WARPS_PER_BLOCK 8
 #define TOK_TILE 8
 

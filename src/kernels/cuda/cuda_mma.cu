@@ -8,7 +8,7 @@
  *     4..7 the second block's (operands and weights use the same map, so each product pairs the right elements);
  *   - chunk j is summed into chain j mod 4, each chain by one mma per 16-column block in increasing order, and the
  *     chains are added in order ((c0 + c1) + c2) + c3;
- *   - then mm_val's bias and rounding, and the residual add, as the other kernels.
+ *   - then mm_val's bias and rounding and mm_store's residual add (cuda_launch.cuh), as the other kernels.
  * An output's bits depend on its row, its token and the shape alone: the decode kernels (n <= 16: one M tile, zero
  * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch) and the
  * prefill kernel (64 x 128 tiles through shared memory, chain after chain) give the same numbers. */
@@ -20,16 +20,6 @@
 #include <cuda_runtime.h>
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
-
-/* the same output expressions as cuda_matmul.cu's mm_val / mm_store */
-__device__ __forceinline__ float mma_val(float s, bool has_b, float b, int mode, float alpha) {
-    s = alpha == 1.0f ? s : alpha * s;
-    if (mode & GP_CU_ROUND) return bf16r(has_b ? s + bf16r(b) : s);
-    return has_b ? s + b : s;
-}
-__device__ __forceinline__ void mma_store(float *o, float v, int mode) {
-    *o = !(mode & GP_CU_ACC) ? v : (mode & GP_CU_ROUND) ? bf16r(*o + v) : *o + v;
-}
 
 /* Two floats as one bf16x2 register (lo in the low half: the smaller column). */
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -168,7 +158,7 @@ __global__ void __launch_bounds__(32 * CHAINS)
         const int32_t t = g + (i >> 1) * 8;
         const int64_t r = r0 + 2 * c + (i & 1);
         if (t < n && r < rows)
-            mma_store(Y + (size_t)t * rows + r, mma_val(acc[i], B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, alpha),
+            mm_store(Y + (size_t)t * rows + r, mm_val(acc[i], B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, alpha),
                       mode);
     }
 }
@@ -207,8 +197,8 @@ __global__ void __launch_bounds__(64 * CHAINS)
     for (int i = 0; i < 2; i++) {
         const int64_t r = r0 + 2 * c + i;
         if (r >= rows) continue;
-        const float gv = mma_val(v[0][i], bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
-        const float uv = mma_val(v[1][i], bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
+        const float gv = mm_val(v[0][i], bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
+        const float uv = mm_val(v[1][i], bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
         y[r] = glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
     }
 }
@@ -298,8 +288,8 @@ __global__ void __launch_bounds__(256)
                 const int32_t t = t0 + wm * 32 + i * 16 + g + (e >> 1) * 8;
                 const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
                 if (t < n && r < rows)
-                    mma_store(y + (size_t)t * rows + r,
-                              mma_val(tot[i][q][e], bias != NULL, bias ? wt_at(bias, bias_dt, r) : 0.0f, mode, alpha),
+                    mm_store(y + (size_t)t * rows + r,
+                              mm_val(tot[i][q][e], bias != NULL, bias ? wt_at(bias, bias_dt, r) : 0.0f, mode, alpha),
                               mode);
             }
 }
