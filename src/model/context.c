@@ -466,13 +466,13 @@ gp_status gp_ctx_logit_bias_vector(gp_ctx *c, const float *vector, float alpha) 
     be->ops->upload(be, v, vector, (size_t)E * sizeof(float));
     be->ops->linear(c->ws, b, v, &c->wb->lm_head, 1); /* W [V, E] @ v [E] */
     gp_status s = be->ops->finish(c->ws);
-    if (!s) be->ops->download(be, host, b, (size_t)V * sizeof(float));
     if (s) {
         free(host);
         be->ops->dealloc(be, b);
         be->ops->dealloc(be, v);
         return s;
     }
+    be->ops->download(be, host, b, (size_t)V * sizeof(float));
     for (int32_t i = 0; i < V; i++) host[i] *= alpha;
     be->ops->upload(be, b, host, (size_t)V * sizeof(float));
     free(host);
