@@ -186,6 +186,16 @@ typedef struct gp_ws {
     void *impl;          /* backend-private: scratch, streams */
 } gp_ws;
 
+/* An RMSNorm of a composite op's input (linears, linear_glu): the products read h = rmsnorm(x, w, d = the weights'
+ * columns, eps, plus_one) with rmsnorm()'s bits; h [n, d] is scratch the op may use (a device that normalizes
+ * inside its projection kernel does not write it).  NULL: the products read x. */
+typedef struct gp_prenorm {
+    const gp_wt *w;
+    float *h;
+    float eps;
+    int plus_one;
+} gp_prenorm;
+
 typedef struct gp_backend_ops {
     /* -- instance and workspace -- */
     void (*free)(gp_backend *be);
@@ -210,12 +220,13 @@ typedef struct gp_backend_ops {
      * terms n <= the workspace's max_tokens and the ranks sum to <= its max_lora_rank (its scratch) */
     void (*linear)(gp_ws *ws, float *y, const float *x, const gp_linear *L, int32_t n);
     /* ys[i] = linear(x, Ls[i]) for i < m (m <= 4): several projections of one input (q, k, v) in one pass where the
-     * device can; every output has linear()'s bits */
-    void (*linears)(gp_ws *ws, int32_t m, float *const *ys, const float *x, const gp_linear *const *Ls, int32_t n);
-    /* y [n, F] = act(linear(x, gate)) * linear(x, up): linear, linear, glu with their bits; tmp [n, F] is scratch the
-     * op may use (the up projection) */
-    void (*linear_glu)(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *gate, const gp_linear *up,
-                       int32_t n, gp_act act);
+     * device can, of x normalized first when pn is given; every output has [rmsnorm(),] linear()'s bits */
+    void (*linears)(gp_ws *ws, int32_t m, float *const *ys, const float *x, const gp_prenorm *pn,
+                    const gp_linear *const *Ls, int32_t n);
+    /* y [n, F] = act(linear(x, gate)) * linear(x, up) of x normalized first when pn is given: [rmsnorm,] linear,
+     * linear, glu with their bits; tmp [n, F] is scratch the op may use (the up projection) */
+    void (*linear_glu)(gp_ws *ws, float *y, float *tmp, const float *x, const gp_prenorm *pn, const gp_linear *gate,
+                       const gp_linear *up, int32_t n, gp_act act);
     /* y [n, L->w.rows] += linear(x, L): linear then add, with their bits (the residual add); tmp [n, L->w.rows] is
      * scratch the op may use */
     void (*linear_add)(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L, int32_t n);

@@ -1,10 +1,11 @@
 /* forward.c — the one forward pass every architecture runs on every backend, as a sequence of backend ops (no host
  * work between them; gp_ctx_eval in context.c drives it chunk by chunk):
  *   x = embed(ids) (* sqrt(hidden) for Gemma)
- *   per layer: h = norm(x); q,k,v = linears(h); rope(q, k) [after per-head norms] (storing k,v in the cache when
+ *   per layer: q,k,v = linears(norm(x)); rope(q, k) [after per-head norms] (storing k,v in the cache when
  *              its rows can take them now, else staging them); attention over the cache's descriptor; commit k,v;
  *              x += linear_o(attn) [post-attn norm before the add];
  *              h = norm(x); x += down(act(gate(h)) * up(h)) [post-ffn norm before the add]; x += steering
+ *   (each norm(x) before a projection is part of that composite op: a device may normalize inside the kernel)
  *   logits = lm_head(norm(x)) [soft-capped] [+ logit bias]
  * What differs between families is data in gp_arch (config.h), never a branch per family name; what differs
  * between weight formats and devices (CPU, CUDA) is behind backend.h: the context's backend and its binding of the
@@ -49,14 +50,14 @@ static void attention_block(gp_ctx *const *cs, int32_t n_seq, int32_t l, int32_t
     const gp_backend_ops *B = c->be->ops;
     gp_ws *ws = c->ws;
     const gp_layer *L = &c->layers[l]; /* the model's, or the context's copy with LoRA terms */
-    const int32_t E = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads, r = n / n_seq;
+    const int32_t hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads, r = n / n_seq;
     const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
     const int po = a->norm_plus_one;
 
-    B->rmsnorm(ws, c->h, c->x, &L->attn_norm, n, E, cfg->norm_eps, po);
+    const gp_prenorm norm = {&L->attn_norm, c->h, cfg->norm_eps, po};
     float *const qkv[3] = {c->q, c->k, c->v};
     const gp_linear *const proj[3] = {&L->q, &L->k, &L->v};
-    B->linears(ws, 3, qkv, c->h, proj, n);
+    B->linears(ws, 3, qkv, c->x, &norm, proj, n);
     const gp_wt *qn = a->qk_norm ? &L->q_norm : NULL, *kn = a->qk_norm ? &L->k_norm : NULL;
     /* the model's sliding window picks the rope base */
     const float *inv_freq = cfg->window[l] > 0 ? c->wb->inv_freq_sliding : c->wb->inv_freq_full;
@@ -85,8 +86,8 @@ static void ffn_block(gp_ctx *c, int32_t l, int32_t n) {
     const gp_arch *a = &cfg->arch;
     const gp_layer *L = &c->layers[l]; /* the model's, or the context's copy with LoRA terms */
 
-    c->be->ops->rmsnorm(c->ws, c->h, c->x, &L->ffn_norm, n, cfg->n_embd, cfg->norm_eps, a->norm_plus_one);
-    c->be->ops->linear_glu(c->ws, c->gate, c->up, c->h, &L->gate, &L->up, n, a->act);
+    const gp_prenorm norm = {&L->ffn_norm, c->h, cfg->norm_eps, a->norm_plus_one};
+    c->be->ops->linear_glu(c->ws, c->gate, c->up, c->x, &norm, &L->gate, &L->up, n, a->act);
     residual(c, &L->down, c->gate, a->sandwich_norms ? &L->ffn_post_norm : NULL, n);
 }
 

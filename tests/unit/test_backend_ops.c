@@ -479,12 +479,12 @@ static int same_bits(gp_backend *be, gp_ws *ws, const float *a, const float *b, 
     return same;
 }
 
-/* linears, linear_glu, linear_add and rope_qk against the ops they are made of, in one compute mode, for n tokens;
- * returns the number of ops whose bits differ. */
-static int composite_case(gp_backend *be, int32_t compute, int32_t n) {
-    enum { E = 48, Q = 32, KV = 16, F = 40, HD = 8 };
+/* linears, linear_glu (with and without the norm first), linear_add and rope_qk against the ops they are made of, in
+ * one compute mode, for n tokens of E features; returns the number of ops whose bits differ. */
+static int composite_case(gp_backend *be, int32_t compute, int32_t n, int32_t E) {
+    enum { Q = 32, KV = 16, F = 40, HD = 8 };
     gp_ws_params p = {.n_threads = 2, .max_tokens = n, .max_keys = 1, .head_dim = HD, .compute = compute,
-                      .max_cols = F};
+                      .max_cols = E > F ? E : F};
     gp_ws *ws = NULL;
     if (be->ops->ws_init(be, &p, &ws) != GP_OK) return 1;
     const int64_t rows[5] = {Q, KV, KV, F, F};
@@ -504,15 +504,35 @@ static int composite_case(gp_backend *be, int32_t compute, int32_t n) {
     int bad = 0;
     /* q, k, v in one call */
     const gp_linear *three[3] = {&L[0], &L[1], &L[2]};
-    be->ops->linears(ws, 3, a, dx, three, n);
+    be->ops->linears(ws, 3, a, dx, NULL, three, n);
     for (int i = 0; i < 3; i++) be->ops->linear(ws, b[i], dx, &L[i], n);
     for (int i = 0; i < 3; i++) bad += !same_bits(be, ws, a[i], b[i], (size_t)(n * rows[i]));
     /* act(gate) * up */
-    be->ops->linear_glu(ws, a[3], a[4], dx, &L[3], &L[4], n, GP_ACT_GELU_TANH);
+    be->ops->linear_glu(ws, a[3], a[4], dx, NULL, &L[3], &L[4], n, GP_ACT_GELU_TANH);
     be->ops->linear(ws, b[3], dx, &L[3], n);
     be->ops->linear(ws, b[4], dx, &L[4], n);
     be->ops->glu(ws, b[3], b[4], (int64_t)n * F, GP_ACT_GELU_TANH);
     bad += !same_bits(be, ws, a[3], b[3], (size_t)(n * F));
+    /* the same two with the norm first (q and k: one dtype, which a device may fuse; Llama's and Gemma's scaling) */
+    float *gv = rand_vec((size_t)E, 11, 1), *ge = malloc(sizeof(float) * E);
+    void *hg;
+    const gp_wt g = make_weight(be, GP_WFMT_BF16, gv, 1, E, ge, &hg);
+    float *h = be->ops->alloc(be, sizeof(float) * n * E), *hh = be->ops->alloc(be, sizeof(float) * n * E);
+    for (int po = 0; po < 2; po++) {
+        const gp_prenorm pn = {&g, h, 1e-5f, po};
+        be->ops->linears(ws, 2, a, dx, &pn, three, n);
+        be->ops->rmsnorm(ws, hh, dx, &g, n, E, 1e-5f, po);
+        for (int i = 0; i < 2; i++) be->ops->linear(ws, b[i], hh, &L[i], n);
+        for (int i = 0; i < 2; i++) bad += !same_bits(be, ws, a[i], b[i], (size_t)(n * rows[i]));
+        be->ops->linear_glu(ws, a[3], a[4], dx, &pn, &L[3], &L[4], n, GP_ACT_SILU);
+        be->ops->linear(ws, b[3], hh, &L[3], n);
+        be->ops->linear(ws, b[4], hh, &L[4], n);
+        be->ops->glu(ws, b[3], b[4], (int64_t)n * F, GP_ACT_SILU);
+        bad += !same_bits(be, ws, a[3], b[3], (size_t)(n * F));
+    }
+    be->ops->unbind_weight(be, (gp_wt *)&g);
+    be->ops->dealloc(be, h), be->ops->dealloc(be, hh);
+    free(gv), free(ge), free(hg);
     /* the residual add: y += linear(x) */
     float *r = rand_vec((size_t)n * Q, 8, 3);
     be->ops->upload(be, a[0], r, sizeof(float) * n * Q);
@@ -555,9 +575,11 @@ TEST(backend_ops_composite_ops_give_their_parts_bits) {
         if (!be) continue;
         int bad = 0;
         for (int32_t mode = 0; mode < 2; mode++)
-            for (int32_t n = 1; n <= 5; n += 4) bad += composite_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, n);
-        NOTE("%s: linears / linear_glu / linear_add / rope_qk vs their parts (f32 and bf16 modes, 1 and 5 tokens): "
-             "%d outputs differ (want 0)", BACKENDS[b].name, bad);
+            for (int32_t n = 1; n <= 5; n += 4)
+                for (int32_t E = 48; E <= 1024; E += 976) /* 1024: wide enough for a fused norm */
+                    bad += composite_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, n, E);
+        NOTE("%s: linears / linear_glu [after a norm] / linear_add / rope_qk vs their parts (f32 and bf16 modes, 1 and "
+             "5 tokens, 48 and 1024 features): %d outputs differ (want 0)", BACKENDS[b].name, bad);
         CHECK_EQ_INT(bad, 0);
         gp_backend_free(be);
     }

@@ -500,13 +500,22 @@ static void cpu_kv_copy(gp_ws *ws, const gp_kv_rows *dk, const gp_kv_rows *dv, i
 
 /* The composite ops: what a device backend may fuse, the CPU runs as the ops they are made of (the same bits by
  * definition; backend.h states each). */
-static void cpu_linears(gp_ws *ws, int32_t m, float *const *ys, const float *x, const gp_linear *const *Ls,
-                        int32_t n) {
+/* The products' input: x, or h = rmsnorm(x) written to pn->h. */
+static const float *prenorm(gp_ws *ws, const float *x, const gp_prenorm *pn, int32_t n, int64_t d) {
+    if (!pn) return x;
+    cpu_rmsnorm(ws, pn->h, x, pn->w, n, (int32_t)d, pn->eps, pn->plus_one);
+    return pn->h;
+}
+
+static void cpu_linears(gp_ws *ws, int32_t m, float *const *ys, const float *x, const gp_prenorm *pn,
+                        const gp_linear *const *Ls, int32_t n) {
+    x = prenorm(ws, x, pn, n, Ls[0]->w.cols);
     for (int32_t i = 0; i < m; i++) cpu_linear(ws, ys[i], x, Ls[i], n);
 }
 
-static void cpu_linear_glu(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *gate,
-                           const gp_linear *up, int32_t n, gp_act act) {
+static void cpu_linear_glu(gp_ws *ws, float *y, float *tmp, const float *x, const gp_prenorm *pn,
+                           const gp_linear *gate, const gp_linear *up, int32_t n, gp_act act) {
+    x = prenorm(ws, x, pn, n, gate->w.cols);
     cpu_linear(ws, y, x, gate, n);
     cpu_linear(ws, tmp, x, up, n);
     cpu_glu(ws, y, tmp, (int64_t)n * gate->w.rows, act);

@@ -8,9 +8,9 @@
  * product; the max and the sum of exponentials by the warp's butterfly; the output elements lane, lane + 32, ...
  * summed over the visible keys in order), and the splits that see a key are folded in increasing order by the
  * online-softmax step (fold).  Decode runs the splits in parallel (attn_split_kernel: a block per split and kv
- * head, a warp per query head of the group, partials to scratch) and folds them in a second kernel; a chunk of
- * queries (attn_chunk_kernel) stages each split once for a tile of queries and every head of a kv group, and folds
- * in registers.  Both call the same two functions with the same operands. */
+ * head, a warp per query head of the group, partials to scratch), and the last block of a kv head to finish folds
+ * them; a chunk of queries (attn_chunk_kernel) stages each split once for a tile of queries and every head of a kv
+ * group, and folds in registers.  Both call the same two functions with the same operands. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -66,32 +66,43 @@ __device__ __forceinline__ void desc_to_smem(const gp_cu_attn &a, attn_desc_sm *
     if (threadIdx.x == GP_CU_KV_MAX_SEGS) d->rows[0] = a.k[0], d->rows[1] = a.k[1], d->rows[2] = a.v[0], d->rows[3] = a.v[1];
 }
 
-/* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held. */
+/* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held.  Each
+ * thread issues STAGE_BATCH vectors' loads before storing any (one at a time, their latency was most of a decode
+ * split): 8 in decode's blocks of up to 8 warps, 2 in a chunk's 16. */
+template <int STAGE_BATCH>
 __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld,
                             float *ks, float *vs, uint8_t *held) {
-    const int32_t hd = a.head_dim, nv = hd / 4, j0 = s * SPLIT, off = kvh * hd;
-    for (int idx = threadIdx.x; idx < SPLIT * nv; idx += blockDim.x) {
-        const int i = idx / nv, f = idx % nv;
-        const int32_t j = j0 + i;
-        int sg = -1;
-        for (int k = 0; k < a.n_seg; k++)
-            if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
-        if (f == 0) held[i] = sg >= 0;
-        if (sg < 0) continue;
-        const gp_cu_kv_seg S = d->seg[sg];
-        const gp_cu_kv_rows &K = d->rows[S.src], &V = d->rows[2 + S.src];
-        const int64_t r = S.r0 + (j - S.p0);
-        float4 kv, vv;
-        if (!S.quant) {
-            kv = *(const float4 *)(K.f + r * K.kvd + off + 4 * f);
-            vv = *(const float4 *)(V.f + r * V.kvd + off + 4 * f);
-        } else {
-            const int32_t e = off + 4 * f;
-            kv = make_float4(kv_at(K, 1, r, e), kv_at(K, 1, r, e + 1), kv_at(K, 1, r, e + 2), kv_at(K, 1, r, e + 3));
-            vv = make_float4(kv_at(V, 1, r, e), kv_at(V, 1, r, e + 1), kv_at(V, 1, r, e + 2), kv_at(V, 1, r, e + 3));
+    const int32_t hd = a.head_dim, nv = hd / 4, j0 = s * SPLIT, off = kvh * hd, total = SPLIT * nv;
+    for (int idx0 = threadIdx.x; idx0 < total; idx0 += STAGE_BATCH * blockDim.x) {
+        float4 kv[STAGE_BATCH], vv[STAGE_BATCH];
+        int at[STAGE_BATCH]; /* where the vector goes: (i * ld + 4 f) */
+        bool in[STAGE_BATCH];
+#pragma unroll
+        for (int u = 0; u < STAGE_BATCH; u++) {
+            const int idx = idx0 + u * blockDim.x, i = idx / nv, f = idx - i * nv;
+            at[u] = i * ld + 4 * f;
+            const int32_t j = j0 + i;
+            int sg = -1;
+            for (int k = 0; idx < total && k < a.n_seg; k++)
+                if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
+            in[u] = sg >= 0;
+            if (idx < total && f == 0) held[i] = in[u];
+            if (!in[u]) continue;
+            const gp_cu_kv_seg S = d->seg[sg];
+            const gp_cu_kv_rows &K = d->rows[S.src], &V = d->rows[2 + S.src];
+            const int64_t r = S.r0 + (j - S.p0);
+            if (!S.quant) {
+                kv[u] = *(const float4 *)(K.f + r * K.kvd + off + 4 * f);
+                vv[u] = *(const float4 *)(V.f + r * V.kvd + off + 4 * f);
+            } else {
+                const int32_t e = off + 4 * f;
+                kv[u] = make_float4(kv_at(K, 1, r, e), kv_at(K, 1, r, e + 1), kv_at(K, 1, r, e + 2), kv_at(K, 1, r, e + 3));
+                vv[u] = make_float4(kv_at(V, 1, r, e), kv_at(V, 1, r, e + 1), kv_at(V, 1, r, e + 2), kv_at(V, 1, r, e + 3));
+            }
         }
-        *(float4 *)(ks + i * ld + 4 * f) = kv;
-        *(float4 *)(vs + i * ld + 4 * f) = vv;
+#pragma unroll
+        for (int u = 0; u < STAGE_BATCH; u++)
+            if (in[u]) *(float4 *)(ks + at[u]) = kv[u], *(float4 *)(vs + at[u]) = vv[u];
     }
 }
 
@@ -178,55 +189,84 @@ __device__ __forceinline__ void finish_out(float *out, int hd, float L, const fl
 /* Split id of compact index b. */
 __device__ __forceinline__ int32_t split_id(const attn_plan &pl, int32_t b) { return b < pl.np ? b : pl.lo + (b - pl.np); }
 
-/* Decode: grid (splits of the call, kv heads, queries); warp w = query head kvh * G + w.  part[(t, h, b)] = (m, l,
- * acc [hd]); m = -inf when the split has no key for the query. */
-__global__ void attn_split_kernel(gp_cu_attn a, attn_plan pl) {
+/* Folds the ns partials at part [ns][hd + 2] of one (query, head) in order into out (a warp; the partials were
+ * written by other blocks of this kernel, so read from L2), FOLD_BATCH splits' loads in flight together. */
+#define FOLD_BATCH 4
+__device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out, int bf) {
+    const int lane = threadIdx.x & 31;
+    float M = -INFINITY, L = 0.0f, O[MAX_NE];
+#pragma unroll
+    for (int k = 0; k < MAX_NE; k++) O[k] = 0.0f;
+    for (int32_t b0 = 0; b0 < ns; b0 += FOLD_BATCH) {
+        float ms[FOLD_BATCH], ls[FOLD_BATCH], accs[FOLD_BATCH][MAX_NE];
+#pragma unroll
+        for (int u = 0; u < FOLD_BATCH; u++) {
+            const float *ps = part + (size_t)(b0 + u) * (hd + 2);
+            const bool in = b0 + u < ns;
+            ms[u] = in ? __ldcg(ps) : -INFINITY;
+            ls[u] = in ? __ldcg(ps + 1) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < MAX_NE; k++) accs[u][k] = in && lane + 32 * k < hd ? __ldcg(ps + 2 + lane + 32 * k) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < FOLD_BATCH; u++)
+            if (ms[u] != -INFINITY) fold(M, L, O, ms[u], ls[u], accs[u]);
+    }
+    finish_out(out, hd, L, O, bf);
+}
+
+/* Decode: grid (splits of the call, kv heads); warp w < G = query head kvh * G + w.  Each block writes its split's
+ * partial (m, l, acc [hd]) of every head of the group to part[(h, b)] (m = -inf when the split has no key for the
+ * query), and the last block of the kv head to finish (a ticket: which block folds varies, the fold's order does
+ * not) folds them in order; a single split is folded in registers. */
+template <int STAGE_BATCH>
+__global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kernel(gp_cu_attn a, attn_plan pl) {
     pdl_enter();
     extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] */
     __shared__ attn_desc_sm d;
     __shared__ uint8_t held[SPLIT];
-    const int32_t b = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, hd = a.head_dim, ns = gridDim.x;
+    __shared__ int last;
+    const int32_t b = blockIdx.x, kvh = blockIdx.y, hd = a.head_dim, ns = gridDim.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int32_t h = kvh * pl.G + warp, p = a.pos0 + t, j0 = split_id(pl, b) * SPLIT;
+    const bool head = warp < pl.G; /* warps past the group's heads only stage */
+    const int32_t h = kvh * pl.G + warp, p = a.pos0, j0 = split_id(pl, b) * SPLIT;
     float *ks = smem, *vs = ks + SPLIT * pl.ld, *qs = vs + SPLIT * pl.ld + warp * hd;
-    float *part = a.part + (((size_t)t * a.n_heads + h) * ns + b) * (hd + 2);
+    float *part = a.part + ((size_t)h * ns + b) * (hd + 2);
     desc_to_smem(a, &d);
-    for (int e = lane; e < hd; e += 32) qs[e] = a.q[((size_t)t * a.n_heads + h) * hd + e];
+    for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
     __syncthreads();
-    stage_split(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held);
+    stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held);
     __syncthreads();
     float m, l, acc[MAX_NE];
-    if (!split_warp(a, pl, qs, ks, vs, held, j0, p, &m, &l, acc)) {
-        if (lane == 0) part[0] = -INFINITY, part[1] = 0.0f;
+    const int seen = head ? split_warp(a, pl, qs, ks, vs, held, j0, p, &m, &l, acc) : 0;
+    if (ns == 1) { /* the only split: folded in registers as the chunk kernel does, no partials */
+        float M = -INFINITY, L = 0.0f, O[MAX_NE];
+#pragma unroll
+        for (int k = 0; k < MAX_NE; k++) O[k] = 0.0f;
+        if (seen) fold(M, L, O, m, l, acc);
+        if (head) finish_out(a.out + (size_t)h * hd, hd, L, O, pl.bf);
         return;
     }
-    if (lane == 0) part[0] = m, part[1] = l;
+    if (head && !seen) {
+        if (lane == 0) part[0] = -INFINITY, part[1] = 0.0f;
+    } else if (head) {
+        if (lane == 0) part[0] = m, part[1] = l;
 #pragma unroll
-    for (int k = 0; k < MAX_NE; k++)
-        if (lane + 32 * k < hd) part[2 + lane + 32 * k] = acc[k];
-}
-
-/* Decode, second kernel: a warp per (query, head) folds the call's splits in order. */
-__global__ void attn_fold_kernel(gp_cu_attn a, attn_plan pl, int32_t ns) {
-    pdl_enter();
-    const int32_t th = blockIdx.x, hd = a.head_dim, lane = threadIdx.x;
-    const float *part = a.part + (size_t)th * ns * (hd + 2);
-    float M = -INFINITY, L = 0.0f, O[MAX_NE], accs[MAX_NE];
-#pragma unroll
-    for (int k = 0; k < MAX_NE; k++) O[k] = 0.0f;
-    for (int32_t b = 0; b < ns; b++) {
-        const float *ps = part + (size_t)b * (hd + 2);
-        if (ps[0] == -INFINITY) continue;
-#pragma unroll
-        for (int k = 0; k < MAX_NE; k++) accs[k] = lane + 32 * k < hd ? ps[2 + lane + 32 * k] : 0.0f;
-        fold(M, L, O, ps[0], ps[1], accs);
+        for (int k = 0; k < MAX_NE; k++)
+            if (lane + 32 * k < hd) part[2 + lane + 32 * k] = acc[k];
     }
-    finish_out(a.out + (size_t)th * hd, hd, L, O, pl.bf);
+    __threadfence(); /* this block's partials are visible before its ticket */
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.count + kvh, 1u) == (uint32_t)ns - 1;
+    __syncthreads();
+    if (!last) return;
+    if (threadIdx.x == 0) a.count[kvh] = 0; /* for the next call (which starts after this kernel has finished) */
+    if (head) fold_parts(a.part + (size_t)h * ns * (hd + 2), ns, hd, a.out + (size_t)h * hd, pl.bf);
 }
 
 /* A chunk of queries: grid (query tiles, kv heads); warp w = (query tile * QT + w / G, head kvh * G + w % G).  The
  * block stages each split its queries may see once and every warp folds it in registers. */
-__global__ void attn_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
+__global__ void __launch_bounds__(512) attn_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
     pdl_enter();
     extern __shared__ float smem[];
     __shared__ attn_desc_sm d;
@@ -249,7 +289,7 @@ __global__ void attn_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
     for (int32_t b = 0; b < npin + s_hi - s_lo + 1; b++) {
         const int32_t s = b < npin ? b : s_lo + (b - npin);
         __syncthreads(); /* the previous split's readers are done (and the descriptor is in place) */
-        stage_split(a, &d, s, kvh, pl.ld, ks, vs, held);
+        stage_split<2>(a, &d, s, kvh, pl.ld, ks, vs, held);
         __syncthreads();
         float m, l;
         if (active && s * SPLIT <= p && split_warp(a, pl, qs, ks, vs, held, s * SPLIT, p, &m, &l, acc))
@@ -287,8 +327,10 @@ extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
 #define ATTN_SMEM_MAX ((2 * SPLIT * (32 * MAX_NE + 4) + 16 * 32 * MAX_NE) * sizeof(float))
 
 extern "C" int gp_cu_attn_prepare(void) {
-    cudaError_t e = cudaFuncSetAttribute(attn_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(attn_split_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)ATTN_SMEM_MAX);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(attn_split_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(attn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     return (int)e;
@@ -306,10 +348,13 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
         const int32_t ns = pl.np + pl.hi - pl.lo + 1;
         const size_t sh = tiles + (size_t)pl.G * a->head_dim * sizeof(float);
         if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
-        launch(attn_split_kernel, dim3((unsigned)ns, (unsigned)a->n_kv, 1), dim3(32 * pl.G), sh, s, *a, pl);
-        launch(attn_fold_kernel, dim3((unsigned)a->n_heads), dim3(32), 0, s, *a, pl, ns);
+        if (!a->count || a->n_kv > GP_CU_ATTN_MAX_KV) return (int)cudaErrorInvalidValue;
+        /* at least 8 warps stage the split (a group's heads compute it) */
+        launch(pl.G <= 8 ? attn_split_kernel<8> : attn_split_kernel<1>, dim3((unsigned)ns, (unsigned)a->n_kv),
+               dim3(32 * (pl.G < 8 ? 8 : pl.G)), sh, s, *a, pl);
     } else {
-        const int32_t qt = pl.G >= 16 ? 1 : 16 / pl.G, warps = qt * pl.G; /* 16 warps: a staged split serves 16 */
+        if (pl.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
+        const int32_t qt = 16 / pl.G, warps = qt * pl.G; /* 16 warps: a staged split serves 16 */
         const size_t sh = tiles + (size_t)warps * a->head_dim * sizeof(float);
         if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
         launch(attn_chunk_kernel, dim3((unsigned)((a->n + qt - 1) / qt), (unsigned)a->n_kv), dim3(32 * warps), sh, s,

@@ -35,6 +35,7 @@ typedef struct cu_ws {
     gp_cu *d;          /* this workspace's stream (and bf16 mode) */
     float *part;       /* attention split scratch [part_cap] */
     size_t part_cap;
+    uint32_t *count;   /* [GP_CU_ATTN_MAX_KV] decode attention's split tickets (zeros between calls) */
     float *lora;       /* x A^T of one LoRA term [max_tokens * max_lora_rank] */
     int32_t *ids;      /* [max_tokens] token ids on the device */
     int32_t *ids_host; /* [max_tokens] pinned: their copy source (an asynchronous copy) */
@@ -137,6 +138,7 @@ static void cu_ws_free(gp_ws *ws) {
     cu_ws *w = ws_of(ws);
     if (w) {
         gp_cu_release(w->d, w->part);
+        gp_cu_release(w->d, w->count);
         gp_cu_release(w->d, w->lora);
         gp_cu_release(w->d, w->ids);
         gp_cu_host_free(w->ids_host);
@@ -176,6 +178,9 @@ static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) 
     const size_t lora = (size_t)p->max_tokens * (size_t)p->max_lora_rank;
     e = gp_cu_alloc(w->d, (void **)&w->part, w->part_cap * sizeof(float));
     if (!e) e = gp_cu_alloc(w->d, (void **)&w->lora, (lora ? lora : 1) * sizeof(float));
+    static const uint32_t zeros[GP_CU_ATTN_MAX_KV];
+    if (!e) e = gp_cu_alloc(w->d, (void **)&w->count, sizeof zeros);
+    if (!e) e = gp_cu_h2d(w->d, w->count, zeros, sizeof zeros);
     const size_t idb = (size_t)(p->max_tokens > 0 ? p->max_tokens : 1) * sizeof(int32_t);
     if (!e) e = gp_cu_alloc(w->d, (void **)&w->ids, idb);
     if (!e) e = gp_cu_host_alloc((void **)&w->ids_host, idb);
@@ -216,16 +221,41 @@ static void cu_linear(gp_ws *ws, float *y, const float *x, const gp_linear *L, i
     }
 }
 
-static void cu_linears(gp_ws *ws, int32_t m, float *const *ys, const float *x, const gp_linear *const *Ls,
-                       int32_t n) {
+static void cu_rmsnorm(gp_ws *ws, float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps,
+                       int plus_one) {
+    const gp_cu_wt W = cw(w);
+    check(ws, gp_cu_rmsnorm(ws_of(ws)->d, y, x, &W, n, d, eps, plus_one), "rmsnorm");
+}
+
+/* The products' input when the norm is not fused: x, or pn->h = rmsnorm(x). */
+static const float *cu_prenorm(gp_ws *ws, const float *x, const gp_prenorm *pn, int32_t n, int64_t d) {
+    if (!pn) return x;
+    cu_rmsnorm(ws, pn->h, x, pn->w, n, (int32_t)d, pn->eps, pn->plus_one);
+    return pn->h;
+}
+
+/* The kernels' view of a prenorm (NULL stays NULL). */
+static const gp_cu_norm *cnorm(const gp_prenorm *pn, gp_cu_norm *buf) {
+    if (!pn) return NULL;
+    *buf = (gp_cu_norm){cw(pn->w), pn->eps, pn->plus_one};
+    return buf;
+}
+
+/* One token through plain dense weights: one launch (the norm inside it in float32 mode); else the parts. */
+static void cu_linears(gp_ws *ws, int32_t m, float *const *ys, const float *x, const gp_prenorm *pn,
+                       const gp_linear *const *Ls, int32_t n) {
     gp_cu_wt W[4], B[4];
+    gp_cu_norm nb;
     int plain = n == 1 && m <= 4;
     for (int32_t i = 0; plain && i < m; i++) {
         plain = Ls[i]->n_lora == 0;
         W[i] = cw(&Ls[i]->w), B[i] = cw(&Ls[i]->bias);
     }
     const int mode = plain ? linear_mode(ws, Ls[0]) : 0;
-    if (plain && !((mode & GP_CU_MMA) ? gp_cu_matmul_mma_multi : gp_cu_matmul_multi)(ws_of(ws)->d, m, ys, x, W, B, mode))
+    if (plain && !(mode & GP_CU_MMA) && !gp_cu_matmul_multi(ws_of(ws)->d, m, ys, x, cnorm(pn, &nb), W, B, mode)) return;
+    x = cu_prenorm(ws, x, pn, n, Ls[0]->w.cols);
+    if (plain && !((mode & GP_CU_MMA) ? gp_cu_matmul_mma_multi(ws_of(ws)->d, m, ys, x, W, B, mode)
+                                      : gp_cu_matmul_multi(ws_of(ws)->d, m, ys, x, NULL, W, B, mode)))
         return;
     for (int32_t i = 0; i < m; i++) cu_linear(ws, ys[i], x, Ls[i], n);
 }
@@ -234,15 +264,18 @@ static void cu_glu(gp_ws *ws, float *gate, const float *up, int64_t n, gp_act ac
     check(ws, gp_cu_glu(ws_of(ws)->d, gate, up, n, act == GP_ACT_SILU ? GP_CU_ACT_SILU : GP_CU_ACT_GELU_TANH), "glu");
 }
 
-static void cu_linear_glu(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *gate,
-                          const gp_linear *up, int32_t n, gp_act act) {
-    if (n == 1 && !gate->n_lora && !up->n_lora) {
-        const gp_cu_wt g = cw(&gate->w), bg = cw(&gate->bias), u = cw(&up->w), bu = cw(&up->bias);
-        const int a = act == GP_ACT_SILU ? GP_CU_ACT_SILU : GP_CU_ACT_GELU_TANH;
-        const int mode = linear_mode(ws, gate);
-        if (!((mode & GP_CU_MMA) ? gp_cu_matmul_mma_glu : gp_cu_matmul_glu)(ws_of(ws)->d, y, x, &g, &bg, &u, &bu, a, mode))
-            return;
-    }
+static void cu_linear_glu(gp_ws *ws, float *y, float *tmp, const float *x, const gp_prenorm *pn,
+                          const gp_linear *gate, const gp_linear *up, int32_t n, gp_act act) {
+    const int plain = n == 1 && !gate->n_lora && !up->n_lora;
+    const gp_cu_wt g = cw(&gate->w), bg = cw(&gate->bias), u = cw(&up->w), bu = cw(&up->bias);
+    const int a = act == GP_ACT_SILU ? GP_CU_ACT_SILU : GP_CU_ACT_GELU_TANH, mode = linear_mode(ws, gate);
+    gp_cu_norm nb;
+    int (*const fused)(gp_cu *, float *, const float *, const gp_cu_norm *, const gp_cu_wt *, const gp_cu_wt *,
+                       const gp_cu_wt *, const gp_cu_wt *, int32_t, int) =
+        (mode & GP_CU_MMA) ? gp_cu_matmul_mma_glu : gp_cu_matmul_glu;
+    if (plain && !fused(ws_of(ws)->d, y, x, cnorm(pn, &nb), &g, &bg, &u, &bu, a, mode)) return;
+    x = cu_prenorm(ws, x, pn, n, gate->w.cols);
+    if (plain && pn && !fused(ws_of(ws)->d, y, x, NULL, &g, &bg, &u, &bu, a, mode)) return;
     cu_linear(ws, y, x, gate, n);
     cu_linear(ws, tmp, x, up, n);
     cu_glu(ws, y, tmp, (int64_t)n * gate->w.rows, act);
@@ -260,12 +293,6 @@ static void cu_linear_add(gp_ws *ws, float *y, float *tmp, const float *x, const
     }
     cu_linear(ws, tmp, x, L, n);
     cu_add(ws, y, tmp, (int64_t)n * L->w.rows);
-}
-
-static void cu_rmsnorm(gp_ws *ws, float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps,
-                       int plus_one) {
-    const gp_cu_wt W = cw(w);
-    check(ws, gp_cu_rmsnorm(ws_of(ws)->d, y, x, &W, n, d, eps, plus_one), "rmsnorm");
 }
 
 static void cu_rope(gp_ws *ws, float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos0, const float *inv_freq) {
@@ -325,7 +352,7 @@ static void cu_attention(gp_ws *ws, const gp_attn_args *a) {
     const gp_kv_desc *kv = a->kv;
     gp_cu_attn c = {.window = kv->window, .pinned = kv->pinned, .n_seg = kv->n_seg, .n_heads = a->n_heads,
                     .n_kv = a->n_kv, .head_dim = a->head_dim, .scale = a->scale, .softcap = a->softcap,
-                    .part = w->part};
+                    .part = w->part, .count = w->count};
     for (int i = 0; i < 2; i++) c.k[i] = kvr(&kv->k[i]), c.v[i] = kvr(&kv->v[i]);
     for (int32_t s = 0; s < kv->n_seg && s < GP_CU_KV_MAX_SEGS; s++)
         c.seg[s] = (gp_cu_kv_seg){kv->seg[s].p0, kv->seg[s].p1, kv->seg[s].r0, kv->seg[s].src, kv->seg[s].quant};

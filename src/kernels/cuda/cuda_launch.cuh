@@ -16,7 +16,8 @@
 #include <type_traits>
 
 /* First statements of every kernel: wait for the previous kernel of the stream, then let the next one be scheduled.
- * Both are no-ops for a kernel launched without the programmatic attribute. */
+ * Both are no-ops for a kernel launched without the programmatic attribute.  Reads of what no kernel writes (the
+ * weights) may come before it: the decode projections load their first weights, then call it. */
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" :::);
@@ -120,9 +121,19 @@ __host__ __device__ __forceinline__ int rms_threads(int32_t dim) {
 
 /* 1 / sqrt(mean(x^2) + eps) of x [dim] for the whole block, whose blockDim.x must be rms_threads(dim): thread i
  * sums elements i, i + blockDim.x, ..., then block_sum (one fixed order, RMSNorm's everywhere it is fused). */
+#define RMS_BATCH 8 /* a thread's loads issued together (one at a time, their latency was most of a decode norm) */
 __device__ __forceinline__ float rms_inv(const float *x, int32_t dim, float eps, float *sh, int bf = 0) {
+    const int nb = blockDim.x;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += x[i] * x[i];
+    int i = threadIdx.x;
+    for (; i + (RMS_BATCH - 1) * nb < dim; i += RMS_BATCH * nb) {
+        float v[RMS_BATCH];
+#pragma unroll
+        for (int k = 0; k < RMS_BATCH; k++) v[k] = x[i + k * nb];
+#pragma unroll
+        for (int k = 0; k < RMS_BATCH; k++) ss += v[k] * v[k];
+    }
+    for (; i < dim; i += nb) ss += x[i] * x[i];
     ss = block_sum(ss, sh);
     /* bf16 mode: torch's CUDA expression, mean as sum * (1 / dim), then rsqrt */
     return bf ? rsqrtf(ss * (1.0f / (float)dim) + eps) : 1.0f / sqrtf(ss / (float)dim + eps);
@@ -133,6 +144,39 @@ __device__ __forceinline__ float rms_inv(const float *x, int32_t dim, float eps,
 __device__ __forceinline__ float rms_val(float v, float inv, float g, int plus_one, int bf = 0) {
     if (bf) return plus_one ? bf16r((v * inv) * (1.0f + bf16r(g))) : bf16r(bf16r(g) * bf16r(v * inv));
     return plus_one ? (v * inv) * (1.0f + g) : g * (v * inv);
+}
+
+/* y [dim] = RMSNorm of x [dim] given inv = rms_inv(x): the whole block, RMS_BATCH elements' loads in flight per
+ * thread; y may alias x. */
+__device__ __forceinline__ void rms_apply(float *y, const float *x, float inv, const void *w, int dt, int32_t dim,
+                                          int plus_one, int bf) {
+    const int nb = blockDim.x;
+    int i = threadIdx.x;
+    for (; i + (RMS_BATCH - 1) * nb < dim; i += RMS_BATCH * nb) {
+        float v[RMS_BATCH], g[RMS_BATCH];
+#pragma unroll
+        for (int k = 0; k < RMS_BATCH; k++) v[k] = x[i + k * nb], g[k] = wt_at(w, dt, i + k * nb);
+#pragma unroll
+        for (int k = 0; k < RMS_BATCH; k++) y[i + k * nb] = rms_val(v[k], inv, g[k], plus_one, bf);
+    }
+    for (; i < dim; i += nb) y[i] = rms_val(x[i], inv, wt_at(w, dt, i), plus_one, bf);
+}
+
+/* The decode projections' input: x, or (NORM) its RMSNorm computed by the whole block into xs [cols] (shared), with
+ * rmsnorm_kernel's bits (bf: the bf16 mode's; blockDim.x = rms_threads(cols): the launches check it). */
+struct norm_args {
+    const void *w;
+    int dt;
+    float eps;
+    int plus_one, bf;
+};
+template <bool NORM>
+__device__ __forceinline__ const float *input_of(const float *x, float *xs, int64_t cols, const norm_args &nm) {
+    if (!NORM) return x;
+    __shared__ float sh[32];
+    rms_apply(xs, x, rms_inv(x, (int32_t)cols, nm.eps, sh, nm.bf), nm.w, nm.dt, (int32_t)cols, nm.plus_one, nm.bf);
+    __syncthreads();
+    return xs;
 }
 
 #endif

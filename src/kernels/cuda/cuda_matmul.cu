@@ -119,20 +119,79 @@ __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__r
     }
 }
 
+/* acc[i] = row r of W[i] . x for one token, i < R: row_dot's order, with UNR1 vectors of each of the R rows loaded
+ * per lane before any arithmetic (decode streams each weight once: the more loads in flight, the nearer the
+ * memory's rate).  The first weights are loaded before pdl_enter(), so the kernel streams while the previous one,
+ * which writes the input, finishes; then every thread of the block (active or not: prep may synchronize the
+ * block) calls prep(), which returns the input x. */
+template <int DT, int R, typename Prep>
+__device__ __forceinline__ void dot1(float *__restrict__ acc, const void *const *W, int64_t r, bool active,
+                                     int64_t cols, int lane, int roundw, Prep prep) {
+    typedef vec_traits<DT> V;
+    enum { UNR1 = 8 }; /* (16 for one row measured no better: BENCHMARKS.md) */
+    const int64_t nv = cols / V::E;
+    const uint4 *wrow[R];
+    uint4 wv[R][UNR1];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        acc[i] = 0.0f;
+        wrow[i] = (const uint4 *)((const char *)W[i] + (size_t)(active ? r : 0) * cols * (DT == GP_CU_F32 ? 4 : 2));
+    }
+    auto load = [&](int64_t v0) {
+#pragma unroll
+        for (int u = 0; u < UNR1; u++)
+#pragma unroll
+            for (int i = 0; i < R; i++)
+                if (v0 + 32 * u < nv) wv[i][u] = __ldcs(wrow[i] + v0 + 32 * u);
+    };
+    if (active) load(lane);
+    pdl_enter();
+    const float *x = prep();
+    if (!active) return;
+    for (int64_t v0 = lane; v0 < nv; v0 += 32 * UNR1) {
+        if (v0 != lane) load(v0);
+#pragma unroll
+        for (int u = 0; u < UNR1; u++) {
+            const int64_t v = v0 + 32 * u;
+            if (v >= nv) break;
+            const float4 *xv = (const float4 *)(x + v * V::E);
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                float wf[V::E];
+                V::widen(wv[i][u], wf);
+                wt_mode<DT, V::E>(wf, roundw);
+#pragma unroll
+                for (int q = 0; q < V::E / 4; q++) {
+                    const float4 a = xv[q];
+                    acc[i] = fmaf(wf[4 * q], a.x, acc[i]);
+                    acc[i] = fmaf(wf[4 * q + 1], a.y, acc[i]);
+                    acc[i] = fmaf(wf[4 * q + 2], a.z, acc[i]);
+                    acc[i] = fmaf(wf[4 * q + 3], a.w, acc[i]);
+                }
+            }
+        }
+    }
+}
+
 /* Grid (ceil(rows / WARPS_PER_BLOCK), ceil(n / T)); warp = row, blockIdx.y = tile of T tokens.  VEC: the 16-byte
  * path (cols a multiple of the vector width, rows 16-byte aligned), else one element per lane per step. */
 template <int DT, int T, bool VEC>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     matmul_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
                   int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode, float alpha) {
-    pdl_enter();
+    if (!(T == 1 && VEC)) pdl_enter(); /* (dot1 calls it after its first weight loads) */
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
-    if (r >= rows) return;
+    if (r >= rows) {
+        if (T == 1 && VEC) pdl_enter();
+        return;
+    }
     const int32_t t0 = blockIdx.y * T;
     const int nt = n - t0 < T ? n - t0 : T;
     float acc[T];
-    row_dot<DT, T, VEC>(acc, W, r, x, cols, t0, nt, lane, mode & GP_CU_ROUNDW);
+    const void *const W1[1] = {W};
+    if (T == 1 && VEC) dot1<DT, 1>(acc, W1, r, true, cols, lane, mode & GP_CU_ROUNDW, [&] { return x; });
+    else row_dot<DT, T, VEC>(acc, W, r, x, cols, t0, nt, lane, mode & GP_CU_ROUNDW);
     const float b = bias ? wt_at(bias, bias_dt, r) : 0.0f;
 #pragma unroll
     for (int t = 0; t < T; t++) {
@@ -391,11 +450,12 @@ struct multi_args {
     int m;
 };
 
-/* Warp = row of the concatenated outputs: part i's row r gets matmul_kernel<DT, 1, true>'s value. */
-template <int DT>
+/* Warp = row of the concatenated outputs: part i's row r gets matmul_kernel<DT, 1, true>'s value (of the input
+ * normalized first under NORM; dynamic shared memory [cols] floats). */
+template <int DT, bool NORM>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
-    matmul_multi_kernel(multi_args a, const float *__restrict__ x, int64_t cols, int mode) {
-    pdl_enter();
+    matmul_multi_kernel(multi_args a, const float *__restrict__ x, norm_args nm, int64_t cols, int mode) {
+    extern __shared__ float xs[];
     const int lane = threadIdx.x & 31;
     int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
     /* the part holding row r, chosen with constant indices (a parameter array indexed at run time would be copied
@@ -411,9 +471,10 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
             W = a.W[k], B = a.B[k], Y = a.Y[k], bdt = a.bdt[k];
             in = r < a.rows[k];
         }
-    if (!in) return;
     float acc[1];
-    row_dot<DT, 1, true>(acc, W, r, x, cols, 0, 1, lane, mode & GP_CU_ROUNDW);
+    const void *const W1[1] = {W};
+    dot1<DT, 1>(acc, W1, r, in, cols, lane, mode & GP_CU_ROUNDW, [&] { return input_of<NORM>(x, xs, cols, nm); });
+    if (!in) return;
     const float v = mm_val(warp_sum(acc[0]), B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, 1.0f);
     if (lane == 0) mm_store(Y + r, v, mode);
 }
@@ -427,9 +488,24 @@ static bool same_dense(int32_t m, const gp_cu_wt *ws, const float *x) {
     return true;
 }
 
-extern "C" int gp_cu_matmul_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_wt *ws,
-                                  const gp_cu_wt *bs, int mode) {
-    if (m < 1 || m > MULTI_MAX || !same_dense(m, ws, x) || (mode & (GP_CU_ACC | GP_CU_MMA)))
+extern "C" int gp_cu_norm_fits(const gp_cu_norm *nm, int64_t cols, int threads) {
+    return rms_threads((int32_t)cols) == threads && cols <= 8192 && nm->w.dtype != GP_CU_QAFFINE && nm->w.data;
+}
+
+/* The kernels' norm arguments; false when nm (non-NULL) cannot be fused into a block of WARPS_PER_BLOCK warps. */
+static bool norm_of(const gp_cu_norm *nm, int64_t cols, norm_args *out) {
+    *out = norm_args{};
+    if (!nm) return true;
+    if (!gp_cu_norm_fits(nm, cols, WARPS_PER_BLOCK * 32)) return false;
+    *out = norm_args{nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, 0};
+    return true;
+}
+
+extern "C" int gp_cu_matmul_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_norm *nm,
+                                  const gp_cu_wt *ws, const gp_cu_wt *bs, int mode) {
+    norm_args na;
+    if (m < 1 || m > MULTI_MAX || !same_dense(m, ws, x) || (mode & (GP_CU_ACC | GP_CU_MMA)) ||
+        !norm_of(nm, ws[0].cols, &na))
         return (int)cudaErrorNotSupported;
     multi_args a = {};
     int64_t total = 0;
@@ -444,42 +520,51 @@ extern "C" int gp_cu_matmul_multi(gp_cu *d, int32_t m, float *const *ys, const f
     a.m = m;
     cudaStream_t s = gp_cu_stream(d);
     const dim3 grid((unsigned)((total + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), blk(WARPS_PER_BLOCK * 32);
-    by_dtype(ws[0].dtype, [&](auto dt) { launch(matmul_multi_kernel<dt>, grid, blk, 0, s, a, x, ws[0].cols, mode); });
+    const int64_t cols = ws[0].cols;
+    by_dtype(ws[0].dtype, [&](auto dt) {
+        if (nm) launch(matmul_multi_kernel<dt, true>, grid, blk, (size_t)cols * 4, s, a, x, na, cols, mode);
+        else launch(matmul_multi_kernel<dt, false>, grid, blk, 0, s, a, x, na, cols, mode);
+    });
     return (int)cudaGetLastError();
 }
 
-/* Warp = row r: the gate and the up product (each matmul_kernel<DT, 1, true>'s value), then glu_val. */
-template <int DT>
+/* Warp = row r: the gate and the up product (each matmul_kernel<DT, 1, true>'s value, of the input normalized
+ * first under NORM), then glu_val. */
+template <int DT, bool NORM>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
-    matmul_glu_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ G,
+    matmul_glu_kernel(float *__restrict__ y, const float *__restrict__ x, norm_args nm, const void *__restrict__ G,
                       const void *__restrict__ U, int64_t rows, int64_t cols, const void *bg, const void *bu, int bdt,
                       int act, int mode) {
-    pdl_enter();
+    extern __shared__ float xs[];
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    float gu[2];
+    const void *const W[2] = {G, U};
+    /* the gate's and the up row's loads together */
+    dot1<DT, 2>(gu, W, r, r < rows, cols, lane, mode & GP_CU_ROUNDW, [&] { return input_of<NORM>(x, xs, cols, nm); });
     if (r >= rows) return;
-    float g[1], u[1];
-    row_dot<DT, 1, true>(g, G, r, x, cols, 0, 1, lane, mode & GP_CU_ROUNDW);
-    row_dot<DT, 1, true>(u, U, r, x, cols, 0, 1, lane, mode & GP_CU_ROUNDW);
-    const float gv = mm_val(warp_sum(g[0]), bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
-    const float uv = mm_val(warp_sum(u[0]), bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
+    const float gv = mm_val(warp_sum(gu[0]), bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
+    const float uv = mm_val(warp_sum(gu[1]), bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
     if (lane == 0) y[r] = glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
 }
 
-extern "C" int gp_cu_matmul_glu(gp_cu *d, float *y, const float *x, const gp_cu_wt *g, const gp_cu_wt *bg,
-                                const gp_cu_wt *u, const gp_cu_wt *bu, int32_t act, int mode) {
+extern "C" int gp_cu_matmul_glu(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const gp_cu_wt *g,
+                                const gp_cu_wt *bg, const gp_cu_wt *u, const gp_cu_wt *bu, int32_t act, int mode) {
     const gp_cu_wt two[2] = {*g, *u};
     const bool biased = bg->data != NULL;
+    norm_args na;
     if (!same_dense(2, two, x) || g->rows != u->rows || biased != (bu->data != NULL) ||
-        (biased && bg->dtype != bu->dtype) || (mode & (GP_CU_ACC | GP_CU_MMA)))
+        (biased && bg->dtype != bu->dtype) || (mode & (GP_CU_ACC | GP_CU_MMA)) || !norm_of(nm, g->cols, &na))
         return (int)cudaErrorNotSupported;
     if (g->rows <= 0) return 0;
     cudaStream_t s = gp_cu_stream(d);
     const dim3 grid((unsigned)((g->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), blk(WARPS_PER_BLOCK * 32);
     const int bdt = biased ? bg->dtype : 0;
     by_dtype(g->dtype, [&](auto dt) {
-        launch(matmul_glu_kernel<dt>, grid, blk, 0, s, y, x, g->data, u->data, g->rows, g->cols, bg->data, bu->data,
-               bdt, act, mode);
+        if (nm) launch(matmul_glu_kernel<dt, true>, grid, blk, (size_t)g->cols * 4, s, y, x, na, g->data, u->data,
+                       g->rows, g->cols, bg->data, bu->data, bdt, act, mode);
+        else launch(matmul_glu_kernel<dt, false>, grid, blk, 0, s, y, x, na, g->data, u->data, g->rows, g->cols,
+                    bg->data, bu->data, bdt, act, mode);
     });
     return (int)cudaGetLastError();
 }

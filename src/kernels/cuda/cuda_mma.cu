@@ -59,11 +59,13 @@ __device__ __forceinline__ uint4 w8(const void *W, int64_t r, int64_t cols, int6
     return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
 }
 
-/* The 8 activations [k, k + 8) of token row t as four bf16x2 words; zeros past cols or for t >= n. */
+/* The 8 activations [k, k + 8) of token row t as four bf16x2 words; zeros past cols or for t >= n.  SH: x is in
+ * shared memory. */
+template <bool SH = false>
 __device__ __forceinline__ uint4 x8(const float *x, int32_t t, int32_t n, int64_t cols, int64_t k) {
     if (t >= n || k >= cols) return make_uint4(0, 0, 0, 0);
     const float4 *p = (const float4 *)(x + (size_t)t * cols + k);
-    const float4 a = __ldg(p), b = __ldg(p + 1);
+    const float4 a = SH ? p[0] : __ldg(p), b = SH ? p[1] : __ldg(p + 1);
     return make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
 }
 
@@ -93,20 +95,32 @@ struct mma_parts {
 };
 
 /* chain `chain` of 8 weight rows from wr0 (rows >= rows read the last row; never stored): acc (tokens g, g + 8 x
- * rows 2c, 2c + 1) over chunks chain, chain + CHAINS, ... in order */
-template <int DT>
-__device__ __forceinline__ void decode_chain(float *acc, const float *__restrict__ x, const void *__restrict__ W,
-                                             int64_t wr, int64_t cols, int32_t n, int chain, int g, int c) {
+ * rows 2c, 2c + 1) over chunks chain, chain + CHAINS, ... in order.  The first weights are loaded before
+ * pdl_enter() (they stream while the previous kernel, which writes the input, finishes); then every thread calls
+ * prep(), which may synchronize the block and returns the input x (in shared memory when SH). */
+template <int DT, bool SH, typename Prep>
+__device__ __forceinline__ void decode_chain(float *acc, const void *__restrict__ W, int64_t wr, int64_t cols,
+                                             int32_t n, int chain, int g, int c, Prep prep) {
     const int64_t nch = (cols + 31) / 32;
     acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-    for (int64_t j0 = chain; j0 < nch; j0 += (int64_t)CHAINS * DEC_UNR) {
-        uint4 b[DEC_UNR], a[DEC_UNR], a8[DEC_UNR];
+    uint4 b[DEC_UNR], a[DEC_UNR], a8[DEC_UNR];
+    auto load_w = [&](int64_t j0) {
 #pragma unroll
         for (int u = 0; u < DEC_UNR; u++) {
-            const int64_t j = j0 + (int64_t)u * CHAINS, k = j * 32 + 8 * c;
-            b[u] = j < nch ? w8<DT>(W, wr, cols, k) : make_uint4(0, 0, 0, 0);
-            a[u] = x8(x, g, n, cols, k);
-            a8[u] = x8(x, g + 8, n, cols, k);
+            const int64_t j = j0 + (int64_t)u * CHAINS;
+            b[u] = j < nch ? w8<DT>(W, wr, cols, j * 32 + 8 * c) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    load_w(chain);
+    pdl_enter();
+    const float *x = prep();
+    for (int64_t j0 = chain; j0 < nch; j0 += (int64_t)CHAINS * DEC_UNR) {
+        if (j0 != chain) load_w(j0);
+#pragma unroll
+        for (int u = 0; u < DEC_UNR; u++) {
+            const int64_t k = (j0 + (int64_t)u * CHAINS) * 32 + 8 * c;
+            a[u] = x8<SH>(x, g, n, cols, k);
+            a8[u] = x8<SH>(x, g + 8, n, cols, k);
         }
 #pragma unroll
         for (int u = 0; u < DEC_UNR; u++)
@@ -136,7 +150,6 @@ __device__ __forceinline__ int sum_chains(float *acc, float (*part)[32][4], int 
 template <int DT>
 __global__ void __launch_bounds__(32 * CHAINS)
     mma_decode_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int32_t n, int mode, float alpha) {
-    pdl_enter();
     __shared__ float part[CHAINS][32][4];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int64_t r0 = (int64_t)blockIdx.x * 8;
@@ -149,9 +162,12 @@ __global__ void __launch_bounds__(32 * CHAINS)
 #pragma unroll
     for (int k = 1; k < 3; k++)
         if (k < p.m && r0 >= rows) r0 -= rows, W = p.W[k], B = p.B[k], Y = p.Y[k], rows = p.rows[k], bdt = p.bdt[k];
-    if (r0 >= rows) return; /* the whole block: past the last part */
+    if (r0 >= rows) { /* the whole block: past the last part */
+        pdl_enter();
+        return;
+    }
     float acc[4];
-    decode_chain<DT>(acc, x, W, r0 + g < rows ? r0 + g : rows - 1, cols, n, warp, g, c);
+    decode_chain<DT, false>(acc, W, r0 + g < rows ? r0 + g : rows - 1, cols, n, warp, g, c, [&] { return x; });
     if (!sum_chains(acc, part, warp, lane)) return;
 #pragma unroll
     for (int i = 0; i < 4; i++) { /* acc[i]: token g (i < 2) or g + 8, weight row r0 + 2c + (i & 1) */
@@ -165,19 +181,20 @@ __global__ void __launch_bounds__(32 * CHAINS)
 
 /* One token through gate and up (same shape): a block of 2 CHAINS warps per 8 rows (warps 0..CHAINS-1 the gate's chains,
  * CHAINS..2 CHAINS-1 the up's), then y[r] = act(gate) * up with the GLU op's expression: the bits of the two products (the
- * decode kernel's) and glu_kernel. */
-template <int DT>
+ * decode kernel's) and glu_kernel; under NORM of the input's RMSNorm (input_of; dynamic shared memory [cols]). */
+template <int DT, bool NORM>
 __global__ void __launch_bounds__(64 * CHAINS)
-    mma_decode_glu_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ G,
+    mma_decode_glu_kernel(float *__restrict__ y, const float *__restrict__ x, norm_args nm, const void *__restrict__ G,
                           const void *__restrict__ U, int64_t rows, int64_t cols, const void *bg, const void *bu,
                           int bdt, int act, int mode) {
-    pdl_enter();
+    extern __shared__ float xs[];
     __shared__ float part[2][CHAINS][32][4];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int which = warp / CHAINS, chain = warp % CHAINS;
     const int64_t r0 = (int64_t)blockIdx.x * 8;
     float acc[4];
-    decode_chain<DT>(acc, x, which ? U : G, r0 + g < rows ? r0 + g : rows - 1, cols, 1, chain, g, c);
+    decode_chain<DT, NORM>(acc, which ? U : G, r0 + g < rows ? r0 + g : rows - 1, cols, 1, chain, g, c,
+                           [&] { return input_of<NORM>(x, xs, cols, nm); });
 #pragma unroll
     for (int i = 0; i < 4; i++) part[which][chain][lane][i] = acc[i];
     __syncthreads();
@@ -343,20 +360,25 @@ extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, con
     return (int)cudaGetLastError();
 }
 
-/* One token: y = act(x G^T + bg) * (x U^T + bu) on tensor cores (gp_cu_matmul_mma twice, then the GLU op's bits). */
-extern "C" int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp_cu_wt *g, const gp_cu_wt *bg,
-                                    const gp_cu_wt *u, const gp_cu_wt *bu, int32_t act, int mode) {
+/* One token: y = act(h G^T + bg) * (h U^T + bu) on tensor cores, h = x or its RMSNorm by nm ([gp_cu_rmsnorm,]
+ * gp_cu_matmul_mma twice, then the GLU op's bits). */
+extern "C" int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const gp_cu_wt *g,
+                                    const gp_cu_wt *bg, const gp_cu_wt *u, const gp_cu_wt *bu, int32_t act, int mode) {
     const bool biased = bg->data != NULL;
     if (g->dtype != u->dtype || g->rows != u->rows || g->cols != u->cols || !gp_cu_mma_ok(g, x) ||
-        !gp_cu_mma_ok(u, x) || biased != (bu->data != NULL) || (biased && bg->dtype != bu->dtype))
+        !gp_cu_mma_ok(u, x) || biased != (bu->data != NULL) || (biased && bg->dtype != bu->dtype) ||
+        (nm && !gp_cu_norm_fits(nm, g->cols, 64 * CHAINS)))
         return (int)cudaErrorNotSupported;
     if (g->rows <= 0) return 0;
     cudaStream_t s = gp_cu_stream(d);
     const dim3 grid((unsigned)((g->rows + 7) / 8)), blk(64 * CHAINS);
     const int bdt = biased ? bg->dtype : 0;
+    const norm_args na = nm ? norm_args{nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, gp_cu_bf16(d)} : norm_args{};
     by_dtype(g->dtype, [&](auto dt) {
-        launch(mma_decode_glu_kernel<dt>, grid, blk, 0, s, y, x, g->data, u->data, g->rows, g->cols, bg->data,
-               bu->data, bdt, act, mode);
+        if (nm) launch(mma_decode_glu_kernel<dt, true>, grid, blk, (size_t)g->cols * 4, s, y, x, na, g->data, u->data,
+                       g->rows, g->cols, bg->data, bu->data, bdt, act, mode);
+        else launch(mma_decode_glu_kernel<dt, false>, grid, blk, 0, s, y, x, na, g->data, u->data, g->rows, g->cols,
+                    bg->data, bu->data, bdt, act, mode);
     });
     return (int)cudaGetLastError();
 }

@@ -23,8 +23,7 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, 
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
-    const float inv = rms_inv(xr, dim, eps, sh, bf);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = rms_val(xr[i], inv, wt_at(w, dt, i), plus_one, bf);
+    rms_apply(yr, xr, rms_inv(xr, dim, eps, sh, bf), w, dt, dim, plus_one, bf);
 }
 
 extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, int32_t n, int32_t dim, float eps,

@@ -88,22 +88,35 @@ int gp_cu_matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp
 int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                      int mode, float alpha);
 int gp_cu_mma_ok(const gp_cu_wt *w, const float *x);
+/* An RMSNorm that the decode projections (gp_cu_matmul_multi, gp_cu_matmul_glu, gp_cu_matmul_mma_glu) apply to their
+ * input first, with gp_cu_rmsnorm's bits (every block normalizes the token into shared memory). */
+typedef struct gp_cu_norm {
+    gp_cu_wt w;
+    float eps;
+    int plus_one;
+} gp_cu_norm;
+/* 1 when a block of `threads` threads can apply nm to a token of cols columns (rms_threads(cols) = threads, at most
+ * 8192 columns, a dense weight). */
+int gp_cu_norm_fits(const gp_cu_norm *nm, int64_t cols, int threads);
 /* One token on tensor cores: m <= 3 weights of one dtype and column count in one launch (each part's bits those of
- * gp_cu_matmul_mma), and gate|up with the GLU (gp_cu_matmul_mma twice then gp_cu_glu's bits).  Both return
- * cudaErrorNotSupported (nothing enqueued) when the weights do not qualify. */
+ * gp_cu_matmul_mma), and gate|up with the GLU (gp_cu_matmul_mma twice then gp_cu_glu's bits; of the input's RMSNorm
+ * by nm when given).  Both return cudaErrorNotSupported (nothing enqueued) when the weights or the norm do not
+ * qualify. */
 int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_wt *ws,
                            const gp_cu_wt *bs, int mode);
-int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp_cu_wt *g, const gp_cu_wt *bg, const gp_cu_wt *u,
-                         const gp_cu_wt *bu, int32_t act, int mode);
-/* One token (decode) through m <= 4 dense weights of one dtype in one launch: ys[i] [w[i].rows] = x @ W_i^T (+ b_i),
- * each gp_cu_matmul's bits.  Returns cudaErrorNotSupported (nothing enqueued) when the weights do not qualify
- * (other dtypes, unaligned, GP_CU_MMA); then call gp_cu_matmul per weight. */
-int gp_cu_matmul_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_wt *ws, const gp_cu_wt *bs,
-                       int mode);
-/* One token: y [g.rows] = act(x @ G^T + bg) * (x @ U^T + bu): a warp runs a gate row and its up row, then the GLU
- * (gp_cu_matmul twice then gp_cu_glu, with their bits).  cudaErrorNotSupported as gp_cu_matmul_multi. */
-int gp_cu_matmul_glu(gp_cu *d, float *y, const float *x, const gp_cu_wt *g, const gp_cu_wt *bg, const gp_cu_wt *u,
-                     const gp_cu_wt *bu, int32_t act, int mode);
+int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const gp_cu_wt *g,
+                         const gp_cu_wt *bg, const gp_cu_wt *u, const gp_cu_wt *bu, int32_t act, int mode);
+/* One token (decode) through m <= 4 dense weights of one dtype in one launch: ys[i] [w[i].rows] = h @ W_i^T (+ b_i),
+ * h = x or its RMSNorm by nm; each [gp_cu_rmsnorm then] gp_cu_matmul's bits.  Returns cudaErrorNotSupported
+ * (nothing enqueued) when the weights or the norm do not qualify (other dtypes, unaligned, GP_CU_MMA; a norm of
+ * fewer than 1024 or more than 8192 columns); then normalize and call gp_cu_matmul per weight. */
+int gp_cu_matmul_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_norm *nm,
+                       const gp_cu_wt *ws, const gp_cu_wt *bs, int mode);
+/* One token: y [g.rows] = act(h @ G^T + bg) * (h @ U^T + bu), h as gp_cu_matmul_multi's: a warp runs a gate row and
+ * its up row, then the GLU ([gp_cu_rmsnorm,] gp_cu_matmul twice then gp_cu_glu, with their bits).
+ * cudaErrorNotSupported as gp_cu_matmul_multi. */
+int gp_cu_matmul_glu(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const gp_cu_wt *g, const gp_cu_wt *bg,
+                     const gp_cu_wt *u, const gp_cu_wt *bu, int32_t act, int mode);
 /* y [n, dim] = x * rsqrt(mean(x^2) + eps) * (w | 1 + w); y may alias x. */
 int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, int32_t n, int32_t dim, float eps,
                   int plus_one);
@@ -162,7 +175,9 @@ typedef struct gp_cu_attn {
     int32_t pos0, n, n_heads, n_kv, head_dim;
     float scale, softcap;
     float *part;                 /* scratch, gp_cu_attn_part_floats(...) floats */
+    uint32_t *count;             /* [GP_CU_ATTN_MAX_KV] zeros: decode's split tickets (each call leaves them 0) */
 } gp_cu_attn;
+#define GP_CU_ATTN_MAX_KV 1024
 /* Floats of gp_cu_attn.part one call needs. */
 size_t gp_cu_attn_part_floats(const gp_cu_attn *a);
 /* Lets the attention kernels take their shared memory (above 48 KB): once before any attention. */
