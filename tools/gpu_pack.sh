@@ -25,7 +25,7 @@ for m in $MODELS; do
     mkdir -p .gpu/stage/fx/models/$m
     (cd "$FX/models/$m" && tar cf - ${NO_TOKENIZERS:+--exclude=tokenizer.json} .) | (cd .gpu/stage/fx/models/$m && tar xf -)
 done
-[ -n "$MODELS" ] && cp "$FX/references/modes.json" .gpu/stage/fx/references/
+[ -n "$MODELS" ] && cp "$FX"/references/*.json .gpu/stage/fx/references/
 for md in $MODES; do cp "$FX/references/modes/$md.safetensors" .gpu/stage/fx/references/modes/; done
 OUTF=${OUTF:-.gpu/pack.tar.xz}
 rm -f "$OUTF"
