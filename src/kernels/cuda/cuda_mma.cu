@@ -340,9 +340,9 @@ extern "C" int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_
 
 /* One token through m <= 3 weights of one dtype and column count (q|k|v): one launch, each part the bits of
  * gp_cu_matmul_mma. */
-extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_wt *ws,
-                                      const gp_cu_wt *bs, int mode) {
-    if (m < 1 || m > 3) return (int)cudaErrorNotSupported;
+extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_norm *nm,
+                                      const gp_cu_wt *ws, const gp_cu_wt *bs, int mode) {
+    if (m < 1 || m > 3 || nm) return (int)cudaErrorNotSupported;
     mma_parts p = {};
     int64_t groups = 0;
     for (int32_t i = 0; i < m; i++) {
