@@ -167,6 +167,7 @@ static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) 
     }
     gp_cu_set_bf16(w->d, p->compute == GP_COMPUTE_BF16);
     e = gp_cu_attn_prepare();
+    if (!e && p->compute == GP_COMPUTE_BF16) e = gp_cu_mma_prepare();
     if (e) {
         cu_ws_free(ws);
         return gp_set_error(GP_ERR_DEVICE, "device cuda: attention kernels: %s", gp_cu_errstr(e));
@@ -184,6 +185,8 @@ static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) 
     const size_t idb = (size_t)(p->max_tokens > 0 ? p->max_tokens : 1) * sizeof(int32_t);
     if (!e) e = gp_cu_alloc(w->d, (void **)&w->ids, idb);
     if (!e) e = gp_cu_host_alloc((void **)&w->ids_host, idb);
+    /* the bf16 mode's GEMM input copy: [max_tokens, max_cols] bf16 */
+    if (!e && p->compute == GP_COMPUTE_BF16) e = gp_cu_reserve(w->d, (size_t)p->max_tokens * (size_t)p->max_cols * 2);
     if (e) {
         cu_ws_free(ws);
         return gp_set_error(GP_ERR_NOMEM, "device cuda: out of device memory for a workspace (%d tokens, %d keys)",

@@ -11,7 +11,9 @@
  *   - then mm_val's bias and rounding and mm_store's residual add (cuda_launch.cuh), as the other kernels.
  * An output's bits depend on its row, its token and the shape alone: the decode kernels (n <= 16: one M tile, zero
  * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch) and the
- * prefill kernel (64 x 128 tiles through shared memory, chain after chain) give the same numbers. */
+ * prefill kernels (64 x 128 tiles through shared memory, chain after chain: mma_gemm_kernel's cp.async pipeline for
+ * bf16 weights, mma_prefill_kernel's register staging for f16/f32 ones, which it rounds as it reads) give the same
+ * numbers. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -220,6 +222,14 @@ __global__ void __launch_bounds__(64 * CHAINS)
     }
 }
 
+/* The chunk after j in the chain-major order of nch chunks (chain 0's chunks 0, 4, 8, ..., then chain 1's, ...):
+ * the next of its chain, else the first of the next chain, else -1 (mma_prefill_kernel's order). */
+__device__ __forceinline__ int next_chunk(int j, int nch) {
+    if (j + CHAINS < nch) return j + CHAINS;
+    const int c1 = j % CHAINS + 1;
+    return c1 < CHAINS && c1 < nch ? c1 : -1;
+}
+
 /* Prefill: a block of 8 warps computes 64 tokens x 128 weight rows; warp (wm, wn) 32 x 32 of them.  Each 32-column
  * chunk of both operands goes through shared memory as bf16 (64-byte rows: the fragment loads are conflict-free),
  * the next chunk loading into registers while this one is multiplied.  The chunks are taken chain by chain (0, 4,
@@ -247,12 +257,6 @@ __global__ void __launch_bounds__(256)
         rb1 = w8<DT>(W, lw1, cols, k);
     };
     auto stash = [&](int buf) { sa[buf][lrow][lpart] = ra, sb[buf][lrow][lpart] = rb0, sb[buf][lrow + 64][lpart] = rb1; };
-    /* the chunk after j: the next of its chain, else the first of the next chain, else -1 */
-    auto next = [&](int64_t j) -> int64_t {
-        if (j + CHAINS < nch) return j + CHAINS;
-        const int64_t c1 = j % CHAINS + 1;
-        return c1 < CHAINS && c1 < nch ? c1 : -1;
-    };
     float acc[2][4][4], tot[2][4][4];
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -278,7 +282,7 @@ __global__ void __launch_bounds__(256)
     stash(0);
     __syncthreads();
     for (int64_t j = 0; j >= 0;) {
-        const int64_t jn = next(j);
+        const int64_t jn = next_chunk((int)j, (int)nch);
         if (jn >= 0) load(jn);
         uint4 a[2], a8[2], b[4];
 #pragma unroll
@@ -311,6 +315,176 @@ __global__ void __launch_bounds__(256)
             }
 }
 
+/* ---- prefill with bf16 weights: the same chunk order and bits, through a cp.async pipeline ---- */
+
+/* 16 bytes global -> shared without registers (cp.async); zeros when !ok (nothing is read then). */
+__device__ __forceinline__ void cp16(void *sm, const void *g, bool ok) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(sm);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* x [n, cols] (float32, cols % 8 == 0) as bf16 pairs, pack2's rounding: the GEMM's operand copy. */
+__global__ void to_bf16_kernel(uint4 *__restrict__ xb, const float4 *__restrict__ x, int64_t n8) {
+    pdl_enter();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 a = x[2 * i], b = x[2 * i + 1];
+        xb[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+    }
+}
+
+#define GEMM_ST 4 /* pipeline stages */
+#define GEMM_U 2  /* chunks per stage */
+#define GEMM_BM 64 /* token rows per tile (128, with 64 x 32 per warp, measured slower: BENCHMARKS.md) */
+/* Dynamic shared memory of a BM x 128 tile: GEMM_ST stages of GEMM_U chunks of BM token rows and 128 weight rows,
+ * 64 bytes each. */
+#define GEMM_SMEM(BM) ((size_t)GEMM_ST * GEMM_U * ((BM) + 128) * 64)
+
+/* Prefill through bf16 weights: a block of 8 warps computes BM tokens x 128 weight rows, warp (wm, wn) BM/2 x 32 of
+ * them, over the chunks in mma_prefill_kernel's order (chain after chain, each chain into acc, added to the total in
+ * chain order) with its fragments (16-byte rows of 64-byte shared rows), so the same bits.  Operands: xb, the input
+ * already in bf16 (to_bf16_kernel), and the weights, copied GEMM_U chunks per stage by cp.async, GEMM_ST - 1 stages
+ * ahead; the first stages' weights before pdl_enter().  Blocks of one weight tile are adjacent in the grid (x: token
+ * tiles), so a weight tile is read from memory once and from L2 by the others. */
+template <int BM>
+__global__ void __launch_bounds__(256)
+    mma_gemm_kernel(float *__restrict__ y, const uint16_t *__restrict__ xb, const uint16_t *__restrict__ W,
+                    int64_t rows, int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode,
+                    float alpha) {
+    constexpr int MI = BM / 32; /* 16-token fragments per warp */
+    constexpr int TR = BM + 128; /* shared rows per chunk: tokens, then weights */
+    extern __shared__ uint4 gsm[];
+    uint4(*T)[4] = (uint4(*)[4])gsm; /* [stage][chunk][TR rows][4 parts] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int wm = warp >> 2, wn = warp & 3;
+    const int32_t t0 = blockIdx.x * BM;
+    const int64_t r0 = (int64_t)blockIdx.y * 128;
+    const int nch = (int)((cols + 31) / 32);
+    /* a thread copies part lpart (8 columns) of token rows lrow + 64 i and weight rows lrow, lrow + 64 */
+    const int lrow = tid >> 2, lpart = tid & 3;
+    const uint16_t *wp[2], *xp[BM / 64];
+    bool wok[2], xok[BM / 64];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int64_t r = r0 + lrow + 64 * i;
+        wok[i] = r < rows, wp[i] = W + (wok[i] ? r : 0) * cols + 8 * lpart;
+    }
+#pragma unroll
+    for (int i = 0; i < BM / 64; i++) {
+        const int32_t t = t0 + lrow + 64 * i;
+        xok[i] = t < n, xp[i] = xb + (int64_t)(xok[i] ? t : 0) * cols + 8 * lpart;
+    }
+    /* copies the next GEMM_U chunks from *j on (weights, tokens or both) into stage st; advances *j */
+    auto load = [&](int st, int *j, bool wts, bool tok) {
+#pragma unroll
+        for (int h = 0; h < GEMM_U; h++) {
+            if (*j < 0) break;
+            const int k = *j * 32;
+            const bool kok = k + 8 * lpart < cols;
+            const int b = (st * GEMM_U + h) * TR;
+            if (wts)
+#pragma unroll
+                for (int i = 0; i < 2; i++) cp16(&T[b + BM + lrow + 64 * i][lpart], wp[i] + k, wok[i] && kok);
+            if (tok)
+#pragma unroll
+                for (int i = 0; i < BM / 64; i++) cp16(&T[b + lrow + 64 * i][lpart], xp[i] + k, xok[i] && kok);
+            *j = next_chunk(*j, nch);
+        }
+    };
+    int jw = 0, jx = 0;
+    for (int st = 0; st < GEMM_ST - 1; st++) load(st, &jw, true, false);
+    pdl_enter();
+    for (int st = 0; st < GEMM_ST - 1; st++) {
+        load(st, &jx, false, true);
+        cp_commit();
+    }
+    float acc[MI][4][4], tot[MI][4][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][q][e] = tot[i][q][e] = 0.0f;
+    int chain = 0;
+    auto fold = [&]() { /* mma_prefill_kernel's */
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    tot[i][q][e] = chain ? tot[i][q][e] + acc[i][q][e] : acc[i][q][e];
+                    acc[i][q][e] = 0.0f;
+                }
+        chain++;
+    };
+    int jc = 0, st = 0, stl = GEMM_ST - 1; /* the chunk to multiply, its stage, the stage to fill */
+    while (jc >= 0) {
+        cp_wait<GEMM_ST - 2>(); /* stage st has landed (this thread's copies) */
+        __syncthreads();        /* everyone's, and the previous stage is free */
+        load(stl, &jx, true, true);
+        cp_commit();
+        stl = stl + 1 == GEMM_ST ? 0 : stl + 1;
+#pragma unroll
+        for (int h = 0; h < GEMM_U; h++) {
+            if (jc < 0) break;
+            const int b = (st * GEMM_U + h) * TR;
+            uint4 a[MI], a8[MI], bw[4];
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+                a[i] = T[b + wm * (BM / 2) + i * 16 + g][c], a8[i] = T[b + wm * (BM / 2) + i * 16 + g + 8][c];
+#pragma unroll
+            for (int q = 0; q < 4; q++) bw[q] = T[b + BM + wn * 32 + q * 8 + g][c];
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) chunk_mma(acc[i][q], a[i], a8[i], bw[q]);
+            if (jc + CHAINS >= nch) fold(); /* jc was its chain's last chunk */
+            jc = next_chunk(jc, nch);
+        }
+        st = st + 1 == GEMM_ST ? 0 : st + 1;
+    }
+    cp_wait<0>();
+    while (chain < CHAINS) fold(); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int32_t t = t0 + wm * (BM / 2) + i * 16 + g + (e >> 1) * 8;
+                const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
+                if (t < n && r < rows)
+                    mm_store(y + (size_t)t * rows + r,
+                              mm_val(tot[i][q][e], bias != NULL, bias ? wt_at(bias, bias_dt, r) : 0.0f, mode, alpha),
+                              mode);
+            }
+}
+
+/* The pipelined GEMM when the weights are bf16 and d's scratch holds the input's bf16 copy; else 0 (not launched). */
+static int launch_gemm(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+                       int mode, float alpha) {
+    size_t cap = 0;
+    uint16_t *xb = (uint16_t *)gp_cu_scratch(d, &cap);
+    const size_t need = (size_t)n * (size_t)w->cols * 2;
+    if (w->dtype != GP_CU_BF16 || !xb || need > cap || w->rows > 65535 * 128ll) return 0;
+    cudaStream_t s = gp_cu_stream(d);
+    const int64_t n8 = (int64_t)n * w->cols / 8;
+    launch(to_bf16_kernel, dim3((unsigned)((n8 + 255) / 256 < 1024 ? (n8 + 255) / 256 : 1024)), dim3(256), 0, s,
+           (uint4 *)xb, (const float4 *)x, n8);
+    const dim3 grid((unsigned)((n + GEMM_BM - 1) / GEMM_BM), (unsigned)((w->rows + 127) / 128));
+    launch(mma_gemm_kernel<GEMM_BM>, grid, dim3(256), GEMM_SMEM(GEMM_BM), s, y, xb, (const uint16_t *)w->data, w->rows,
+           w->cols, b, bdt, n, mode, alpha);
+    return 1;
+}
+
+extern "C" int gp_cu_mma_prepare(void) {
+    return (int)cudaFuncSetAttribute(mma_gemm_kernel<GEMM_BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)GEMM_SMEM(GEMM_BM));
+}
+
 template <int DT>
 static void launch_mma(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                        int mode, float alpha) {
@@ -333,6 +507,7 @@ extern "C" int gp_cu_mma_ok(const gp_cu_wt *w, const float *x) {
 
 extern "C" int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt,
                                 int32_t n, int mode, float alpha) {
+    if (n > 16 && launch_gemm(d, y, x, w, b, bdt, n, mode, alpha)) return (int)cudaGetLastError();
     cudaStream_t s = gp_cu_stream(d);
     by_dtype(w->dtype, [&](auto dt) { launch_mma<dt>(s, y, x, w, b, bdt, n, mode, alpha); });
     return (int)cudaGetLastError();

@@ -69,6 +69,11 @@ int gp_cu_h2d_async(gp_cu *d, void *dst, const void *src, size_t bytes);
  * the output rounded).  on = 0: float32. */
 void gp_cu_set_bf16(gp_cu *d, int on);
 int gp_cu_bf16(gp_cu *d);
+/* Device scratch of at least `bytes` owned by d (freed by gp_cu_close): the tensor-core prefill GEMM's bf16 copy of
+ * its input [n, cols] (reserved at workspace creation; a product that does not fit takes the kernel without it).
+ * gp_cu_scratch returns it (NULL, *cap = 0: none). */
+int gp_cu_reserve(gp_cu *d, size_t bytes);
+void *gp_cu_scratch(gp_cu *d, size_t *cap);
 
 /* Waits for the stream; returns the first error of the work enqueued. */
 int gp_cu_sync(gp_cu *d);
@@ -88,6 +93,8 @@ int gp_cu_matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp
 int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                      int mode, float alpha);
 int gp_cu_mma_ok(const gp_cu_wt *w, const float *x);
+/* Lets the tensor-core GEMM use its shared memory (once per process; 0 or a CUDA error). */
+int gp_cu_mma_prepare(void);
 /* An RMSNorm that the decode projections (gp_cu_matmul_multi, gp_cu_matmul_glu, gp_cu_matmul_mma_glu) apply to their
  * input first, with gp_cu_rmsnorm's bits (every block normalizes the token into shared memory). */
 typedef struct gp_cu_norm {

@@ -10,11 +10,28 @@ struct gp_cu {
     int dev;
     cudaStream_t s;
     int bf16; /* gp_cu_set_bf16 */
+    void *scratch; /* gp_cu_reserve: the tensor-core GEMM's bf16 copy of its input */
+    size_t scratch_cap;
 };
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d) { return d->s; }
 extern "C" int gp_cu_bf16(gp_cu *d) { return d->bf16; }
 extern "C" void gp_cu_set_bf16(gp_cu *d, int on) { d->bf16 = on ? 1 : 0; }
+
+extern "C" int gp_cu_reserve(gp_cu *d, size_t bytes) {
+    if (bytes <= d->scratch_cap) return 0;
+    cudaFree(d->scratch);
+    d->scratch = NULL, d->scratch_cap = 0;
+    cudaError_t e = cudaMalloc(&d->scratch, bytes);
+    if (e == cudaSuccess) d->scratch_cap = bytes;
+    else d->scratch = NULL;
+    return (int)e;
+}
+
+extern "C" void *gp_cu_scratch(gp_cu *d, size_t *cap) {
+    *cap = d->scratch_cap;
+    return d->scratch;
+}
 
 extern "C" const char *gp_cu_errstr(int e) { return cudaGetErrorString((cudaError_t)e); }
 
@@ -56,6 +73,7 @@ extern "C" void gp_cu_close(gp_cu *d) {
     if (!d) return;
     cudaStreamSynchronize(d->s);
     cudaStreamDestroy(d->s);
+    cudaFree(d->scratch);
     free(d);
 }
 
