@@ -10,7 +10,9 @@
  * online-softmax step (fold).  Decode runs the splits in parallel (attn_split_kernel: a block per split and kv
  * head, a warp per query head of the group, partials to scratch), and the last block of a kv head to finish folds
  * them; a chunk of queries (attn_chunk_kernel) stages each split once for a tile of queries and every head of a kv
- * group, and folds in registers.  Both call the same two functions with the same operands. */
+ * group, each warp running Q = 4 (query, head) pairs at once (2 for heads over 128: their dependent chains
+ * interleave, the key and value reads are shared), and folds in registers.  Both call the same two functions with
+ * the same operands, so a pair's bits do not depend on Q. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -106,80 +108,115 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
     }
 }
 
-/* One split of one (query at position p, head) by one warp from the staged split (keys j0 .. j0 + 63): *m (the max
- * score, scaled in flash mode), *l (the sum of exponentials) and acc[k] (unnormalized output element lane + 32 k).
- * Returns 0 (nothing written) when the query sees no key of the split. */
-__device__ __forceinline__ int split_warp(const gp_cu_attn &a, const attn_plan &pl, const float *qs, const float *ks,
-                                          const float *vs, const uint8_t *held, int32_t j0, int32_t p, float *m,
-                                          float *l, float *acc) {
+/* One split of Q (query at position p[q], head) pairs by one warp from the staged split (keys j0 .. j0 + 63): for each
+ * pair that sees a key of it (seen[q] = 1; else 0 and nothing written) m[q] (the max score, scaled in flash mode),
+ * l[q] (the sum of exponentials) and acc[q][k] (unnormalized output element lane + 32 k, k < NE).  Every pair's
+ * arithmetic is the one-pair computation's (the pairs share the key and value reads and interleave their
+ * dependent chains); p[q] < 0: no pair. */
+template <int Q, int NE>
+__device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan &pl, const float *const *qs,
+                                           const float *ks, const float *vs, const uint8_t *held, int32_t j0,
+                                           const int32_t *p, int *seen, float *m, float *l, float (*acc)[NE]) {
     const int lane = threadIdx.x & 31, hd = a.head_dim, ld = pl.ld;
-    const int32_t lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
-    const int32_t pin = lo > a.pinned ? a.pinned : lo;
     /* bf16 mode without soft-capping: sdpa's flash softmax, p = 2^(score * scale * log2 e - max * scale * log2 e) */
     const bool flash = pl.bf && a.softcap <= 0;
     const float sl2 = a.scale * 1.4426950408889634f;
-    float sc[2];
-    bool vis[2];
+    float sc[Q][2], dot[Q][2];
+    bool vis[Q][2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int i = lane + 32 * h;
-        const int32_t j = j0 + i;
-        vis[h] = held[i] && j <= p && (j < pin || j >= lo);
-        float dot = 0.0f;
-        if (vis[h])
-            for (int e = 0; e < hd; e += 4) {
-                const float4 k = *(const float4 *)(ks + i * ld + e), q = *(const float4 *)(qs + e);
-                dot = fmaf(q.x, k.x, dot);
-                dot = fmaf(q.y, k.y, dot);
-                dot = fmaf(q.z, k.z, dot);
-                dot = fmaf(q.w, k.w, dot);
-            }
-        float s = -INFINITY;
-        if (vis[h]) {
-            s = flash ? dot : dot * a.scale; /* flash: the raw score, scaled inside the exponent */
-            if (a.softcap > 0) s = tanhf(s / a.softcap) * a.softcap;
+    for (int q = 0; q < Q; q++) {
+        const int32_t lo = a.window > 0 && p[q] - a.window + 1 > 0 ? p[q] - a.window + 1 : 0;
+        const int32_t pin = lo > a.pinned ? a.pinned : lo;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int32_t j = j0 + lane + 32 * h;
+            vis[q][h] = p[q] >= 0 && held[lane + 32 * h] && j <= p[q] && (j < pin || j >= lo);
+            dot[q][h] = 0.0f;
         }
-        sc[h] = s;
     }
-    const unsigned v0 = __ballot_sync(0xffffffffu, vis[0]), v1 = __ballot_sync(0xffffffffu, vis[1]);
-    if (!v0 && !v1) return 0;
-    const float mx = warp_max(fmaxf(sc[0], sc[1])), msl2 = mx * sl2;
-    float pr[2], sum = 0.0f;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const float e = !vis[h] ? 0.0f : flash ? ex2_approx(fmaf(sc[h], sl2, -msl2)) : expf(sc[h] - mx);
-        pr[h] = pl.bf ? bf16r(e) : e; /* bf16 mode (sdpa): p rounded for p·v, the sum of the float32 values */
-        sum += e;
-    }
-    sum = warp_sum(sum);
+        bool any = false;
 #pragma unroll
-    for (int k = 0; k < MAX_NE; k++) acc[k] = 0.0f;
-    for (int i = 0; i < SPLIT; i++) {
-        if (!(((i < 32 ? v0 : v1) >> (i & 31)) & 1u)) continue;
-        const float pi = __shfl_sync(0xffffffffu, i < 32 ? pr[0] : pr[1], i & 31);
+        for (int q = 0; q < Q; q++) any |= vis[q][h];
+        if (any) /* a sequential dot product per pair (a pair that does not see the key ignores it) */
+            for (int e = 0; e < hd; e += 4) {
+                const float4 k = *(const float4 *)(ks + (lane + 32 * h) * ld + e);
 #pragma unroll
-        for (int k = 0; k < MAX_NE; k++)
-            if (lane + 32 * k < hd) acc[k] = fmaf(pi, vs[i * ld + lane + 32 * k], acc[k]);
+                for (int q = 0; q < Q; q++) {
+                    const float4 x = *(const float4 *)(qs[q] + e);
+                    dot[q][h] = fmaf(x.x, k.x, dot[q][h]);
+                    dot[q][h] = fmaf(x.y, k.y, dot[q][h]);
+                    dot[q][h] = fmaf(x.z, k.z, dot[q][h]);
+                    dot[q][h] = fmaf(x.w, k.w, dot[q][h]);
+                }
+            }
+#pragma unroll
+        for (int q = 0; q < Q; q++) {
+            float s = -INFINITY;
+            if (vis[q][h]) {
+                s = flash ? dot[q][h] : dot[q][h] * a.scale; /* flash: the raw score, scaled inside the exponent */
+                if (a.softcap > 0) s = tanhf(s / a.softcap) * a.softcap;
+            }
+            sc[q][h] = s;
+        }
     }
-    *m = flash ? mx * a.scale : mx; /* folds work on scaled maxima */
-    *l = sum;
-    return 1;
+    unsigned v[Q][2];
+    float pr[Q][2];
+    bool any = false;
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+        v[q][0] = __ballot_sync(0xffffffffu, vis[q][0]), v[q][1] = __ballot_sync(0xffffffffu, vis[q][1]);
+        seen[q] = v[q][0] || v[q][1];
+        any |= seen[q] != 0;
+    }
+    if (!any) return;
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+        const float mx = warp_max(fmaxf(sc[q][0], sc[q][1])), msl2 = mx * sl2;
+        float sum = 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float e = !vis[q][h] ? 0.0f : flash ? ex2_approx(fmaf(sc[q][h], sl2, -msl2)) : expf(sc[q][h] - mx);
+            pr[q][h] = pl.bf ? bf16r(e) : e; /* bf16 mode (sdpa): p rounded for p·v, the sum of the float32 values */
+            sum += e;
+        }
+        l[q] = warp_sum(sum);
+        m[q] = flash ? mx * a.scale : mx; /* folds work on scaled maxima */
+#pragma unroll
+        for (int k = 0; k < NE; k++) acc[q][k] = 0.0f;
+    }
+    for (int i = 0; i < SPLIT; i++) { /* the visible keys in order */
+        float vv[NE];
+#pragma unroll
+        for (int k = 0; k < NE; k++) vv[k] = lane + 32 * k < hd ? vs[i * ld + lane + 32 * k] : 0.0f;
+#pragma unroll
+        for (int q = 0; q < Q; q++) {
+            if (!(((i < 32 ? v[q][0] : v[q][1]) >> (i & 31)) & 1u)) continue;
+            const float pi = __shfl_sync(0xffffffffu, i < 32 ? pr[q][0] : pr[q][1], i & 31);
+#pragma unroll
+            for (int k = 0; k < NE; k++)
+                if (lane + 32 * k < hd) acc[q][k] = fmaf(pi, vv[k], acc[q][k]);
+        }
+    }
 }
 
 /* The online-softmax fold of one split's (ms, ls, accs) into the running (M, L, O), explicit roundings. */
+template <int NE = MAX_NE>
 __device__ __forceinline__ void fold(float &M, float &L, float *O, float ms, float ls, const float *accs) {
     const float Mn = fmaxf(M, ms), a = M == -INFINITY ? 0.0f : expf(M - Mn), b = expf(ms - Mn);
     L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(ls, b));
 #pragma unroll
-    for (int k = 0; k < MAX_NE; k++) O[k] = __fadd_rn(__fmul_rn(O[k], a), __fmul_rn(accs[k], b));
+    for (int k = 0; k < NE; k++) O[k] = __fadd_rn(__fmul_rn(O[k], a), __fmul_rn(accs[k], b));
     M = Mn;
 }
 
 /* out [hd] of one (query, head) = O / L (rounded in bf16 mode; zeros when no key was seen). */
+template <int NE = MAX_NE>
 __device__ __forceinline__ void finish_out(float *out, int hd, float L, const float *O, int bf) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int k = 0; k < MAX_NE; k++)
+    for (int k = 0; k < NE; k++)
         if (lane + 32 * k < hd) {
             const float v = L > 0 ? O[k] / L : 0.0f;
             out[lane + 32 * k] = bf ? bf16r(v) : v;
@@ -219,7 +256,7 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
  * partial (m, l, acc [hd]) of every head of the group to part[(h, b)] (m = -inf when the split has no key for the
  * query), and the last block of the kv head to finish (a ticket: which block folds varies, the fold's order does
  * not) folds them in order; a single split is folded in registers. */
-template <int STAGE_BATCH>
+template <int STAGE_BATCH, int NE>
 __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kernel(gp_cu_attn a, attn_plan pl) {
     pdl_enter();
     extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] */
@@ -237,14 +274,16 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     __syncthreads();
     stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held);
     __syncthreads();
-    float m, l, acc[MAX_NE];
-    const int seen = head ? split_warp(a, pl, qs, ks, vs, held, j0, p, &m, &l, acc) : 0;
+    float m, l, acc[1][NE];
+    const int32_t pq = head ? p : -1;
+    int seen;
+    split_warp<1, NE>(a, pl, &qs, ks, vs, held, j0, &pq, &seen, &m, &l, acc);
     if (ns == 1) { /* the only split: folded in registers as the chunk kernel does, no partials */
-        float M = -INFINITY, L = 0.0f, O[MAX_NE];
+        float M = -INFINITY, L = 0.0f, O[NE];
 #pragma unroll
-        for (int k = 0; k < MAX_NE; k++) O[k] = 0.0f;
-        if (seen) fold(M, L, O, m, l, acc);
-        if (head) finish_out(a.out + (size_t)h * hd, hd, L, O, pl.bf);
+        for (int k = 0; k < NE; k++) O[k] = 0.0f;
+        if (seen) fold<NE>(M, L, O, m, l, acc[0]);
+        if (head) finish_out<NE>(a.out + (size_t)h * hd, hd, L, O, pl.bf);
         return;
     }
     if (head && !seen) {
@@ -252,8 +291,8 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     } else if (head) {
         if (lane == 0) part[0] = m, part[1] = l;
 #pragma unroll
-        for (int k = 0; k < MAX_NE; k++)
-            if (lane + 32 * k < hd) part[2 + lane + 32 * k] = acc[k];
+        for (int k = 0; k < NE; k++)
+            if (lane + 32 * k < hd) part[2 + lane + 32 * k] = acc[0][k];
     }
     __threadfence(); /* this block's partials are visible before its ticket */
     __syncthreads();
@@ -264,38 +303,62 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     if (head) fold_parts(a.part + (size_t)h * ns * (hd + 2), ns, hd, a.out + (size_t)h * hd, pl.bf);
 }
 
-/* A chunk of queries: grid (query tiles, kv heads); warp w = (query tile * QT + w / G, head kvh * G + w % G).  The
- * block stages each split its queries may see once and every warp folds it in registers. */
+/* A chunk of queries: grid (query tiles, kv heads); a tile is qt queries x the G heads of kv head kvh, pairs
+ * (query t0 + i / G, head kvh * G + i % G) for i < qt G, of which warp w runs w, w + nw, ..., Q at a time.  The
+ * block stages each split its queries may see once and every pair folds it in registers. */
+template <int Q, int NE>
 __global__ void __launch_bounds__(512) attn_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
     pdl_enter();
     extern __shared__ float smem[];
     __shared__ attn_desc_sm d;
     __shared__ uint8_t held[SPLIT];
-    const int32_t kvh = blockIdx.y, hd = a.head_dim, warp = threadIdx.x >> 5;
-    const int32_t t = blockIdx.x * qt + warp / pl.G, h = kvh * pl.G + warp % pl.G, p = a.pos0 + t;
-    const bool active = t < a.n;
-    float *ks = smem, *vs = ks + SPLIT * pl.ld, *qs = vs + SPLIT * pl.ld + warp * hd;
+    const int32_t kvh = blockIdx.y, hd = a.head_dim, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int32_t pairs = qt * pl.G, t0 = blockIdx.x * qt;
+    float *ks = smem, *vs = ks + SPLIT * pl.ld, *qsm = vs + SPLIT * pl.ld; /* queries [pairs][hd] */
     desc_to_smem(a, &d);
-    for (int e = threadIdx.x & 31; e < hd && active; e += 32) qs[e] = a.q[((size_t)t * a.n_heads + h) * hd + e];
+    int32_t t[Q], h[Q], p[Q]; /* this warp's pairs: query, head, position (-1: none) */
+    const float *qs[Q];
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+        const int32_t i = warp + nw * q;
+        t[q] = t0 + i / pl.G, h[q] = kvh * pl.G + i % pl.G;
+        p[q] = i < pairs && t[q] < a.n ? a.pos0 + t[q] : -1;
+        qs[q] = qsm + (i < pairs ? i : 0) * hd;
+        for (int e = threadIdx.x & 31; e < hd && p[q] >= 0; e += 32)
+            qsm[i * hd + e] = a.q[((size_t)t[q] * a.n_heads + h[q]) * hd + e];
+    }
     /* this tile's splits: the pinned ones, then those from its first query's window (or the first held position)
      * to its last query's position */
-    const int32_t pf = a.pos0 + blockIdx.x * qt, pl_last = min(a.pos0 + a.n - 1, pf + qt - 1);
+    const int32_t pf = a.pos0 + t0, pl_last = min(a.pos0 + a.n - 1, pf + qt - 1);
     const int32_t lo_pos = a.window > 0 && pf - a.window + 1 > pl.first ? pf - a.window + 1 : pl.first;
     const int32_t s_lo = lo_pos / SPLIT, s_hi = pl_last / SPLIT;
     const int32_t npin = a.window > 0 && a.pinned > 0 ? min((a.pinned + SPLIT - 1) / SPLIT, s_lo) : 0;
-    float M = -INFINITY, L = 0.0f, O[MAX_NE], acc[MAX_NE];
+    float M[Q], L[Q], O[Q][NE], acc[Q][NE], m[Q], l[Q];
+    int seen[Q];
 #pragma unroll
-    for (int k = 0; k < MAX_NE; k++) O[k] = 0.0f;
+    for (int q = 0; q < Q; q++) {
+        M[q] = -INFINITY, L[q] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NE; k++) O[q][k] = 0.0f;
+    }
     for (int32_t b = 0; b < npin + s_hi - s_lo + 1; b++) {
         const int32_t s = b < npin ? b : s_lo + (b - npin);
-        __syncthreads(); /* the previous split's readers are done (and the descriptor is in place) */
+        __syncthreads(); /* the previous split's readers are done (and the descriptor and queries are in place) */
         stage_split<2>(a, &d, s, kvh, pl.ld, ks, vs, held);
         __syncthreads();
-        float m, l;
-        if (active && s * SPLIT <= p && split_warp(a, pl, qs, ks, vs, held, s * SPLIT, p, &m, &l, acc))
-            fold(M, L, O, m, l, acc);
+        int32_t ps[Q]; /* the pairs that may see a key of this split */
+        bool any = false;
+#pragma unroll
+        for (int q = 0; q < Q; q++) ps[q] = p[q] >= s * SPLIT ? p[q] : -1, any |= ps[q] >= 0;
+        if (!any) continue;
+        split_warp<Q, NE>(a, pl, qs, ks, vs, held, s * SPLIT, ps, seen, m, l, acc);
+#pragma unroll
+        for (int q = 0; q < Q; q++)
+            if (seen[q]) fold<NE>(M[q], L[q], O[q], m[q], l[q], acc[q]);
     }
-    if (active) finish_out(a.out + ((size_t)t * a.n_heads + h) * hd, hd, L, O, pl.bf);
+#pragma unroll
+    for (int q = 0; q < Q; q++)
+        if (p[q] >= 0) finish_out<NE>(a.out + ((size_t)t[q] * a.n_heads + h[q]) * hd, hd, L[q], O[q], pl.bf);
 }
 
 /* The call's splits: the last query's split, down to the first query's window start (or the first held position),
@@ -323,16 +386,20 @@ extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
     return (size_t)a->n * a->n_heads * (size_t)(m.np + m.hi - m.lo + 1) * (size_t)(a->head_dim + 2);
 }
 
-/* Largest dynamic shared memory the attention kernels take: staged split tiles of head_dim 256 and 16 warps' q. */
-#define ATTN_SMEM_MAX ((2 * SPLIT * (32 * MAX_NE + 4) + 16 * 32 * MAX_NE) * sizeof(float))
+/* Largest dynamic shared memory the attention kernels take: staged split tiles of head_dim 256 and CHUNK_Q query
+ * elements (a chunk tile's pairs x head_dim, or a decode group's heads). */
+#define CHUNK_Q 8192
+#define ATTN_SMEM_MAX ((2 * SPLIT * (32 * MAX_NE + 4) + CHUNK_Q) * sizeof(float))
 
 extern "C" int gp_cu_attn_prepare(void) {
-    cudaError_t e = cudaFuncSetAttribute(attn_split_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)ATTN_SMEM_MAX);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(attn_split_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(attn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+    const void *ks[] = {(const void *)attn_split_kernel<8, 2>, (const void *)attn_split_kernel<8, 4>,
+                        (const void *)attn_split_kernel<8, 8>, (const void *)attn_split_kernel<1, 2>,
+                        (const void *)attn_split_kernel<1, 4>, (const void *)attn_split_kernel<1, 8>,
+                        (const void *)attn_chunk_kernel<4, 2>, (const void *)attn_chunk_kernel<4, 4>,
+                        (const void *)attn_chunk_kernel<2, 8>};
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     return (int)e;
 }
 
@@ -350,15 +417,23 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
         if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
         if (!a->count || a->n_kv > GP_CU_ATTN_MAX_KV) return (int)cudaErrorInvalidValue;
         /* at least 8 warps stage the split (a group's heads compute it) */
-        launch(pl.G <= 8 ? attn_split_kernel<8> : attn_split_kernel<1>, dim3((unsigned)ns, (unsigned)a->n_kv),
-               dim3(32 * (pl.G < 8 ? 8 : pl.G)), sh, s, *a, pl);
+        const dim3 grid((unsigned)ns, (unsigned)a->n_kv), blk(32 * (pl.G < 8 ? 8 : pl.G));
+        const int hd = a->head_dim;
+        if (pl.G <= 8) launch(hd <= 64 ? attn_split_kernel<8, 2> : hd <= 128 ? attn_split_kernel<8, 4> : attn_split_kernel<8, 8>,
+                              grid, blk, sh, s, *a, pl);
+        else launch(hd <= 64 ? attn_split_kernel<1, 2> : hd <= 128 ? attn_split_kernel<1, 4> : attn_split_kernel<1, 8>,
+                    grid, blk, sh, s, *a, pl);
     } else {
         if (pl.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
-        const int32_t qt = 16 / pl.G, warps = qt * pl.G; /* 16 warps: a staged split serves 16 */
-        const size_t sh = tiles + (size_t)warps * a->head_dim * sizeof(float);
+        /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
+        const int32_t hd = a->head_dim, Q = hd <= 128 ? 4 : 2, qt = 16 * Q / pl.G, pairs = qt * pl.G;
+        const int32_t warps = (pairs + Q - 1) / Q;
+        const size_t sh = tiles + (size_t)pairs * hd * sizeof(float);
         if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
-        launch(attn_chunk_kernel, dim3((unsigned)((a->n + qt - 1) / qt), (unsigned)a->n_kv), dim3(32 * warps), sh, s,
-               *a, pl, qt);
+        const dim3 grid((unsigned)((a->n + qt - 1) / qt), (unsigned)a->n_kv), blk(32 * warps);
+        if (hd <= 64) launch(attn_chunk_kernel<4, 2>, grid, blk, sh, s, *a, pl, qt);
+        else if (hd <= 128) launch(attn_chunk_kernel<4, 4>, grid, blk, sh, s, *a, pl, qt);
+        else launch(attn_chunk_kernel<2, 8>, grid, blk, sh, s, *a, pl, qt);
     }
     return (int)cudaGetLastError();
 }
