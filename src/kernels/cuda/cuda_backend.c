@@ -244,22 +244,24 @@ static const gp_cu_norm *cnorm(const gp_prenorm *pn, gp_cu_norm *buf) {
     return buf;
 }
 
-/* One token through plain dense weights: one launch (the norm inside it where the kernel can); else the parts. */
+/* Plain dense weights in one launch: one token (the norm inside it where the kernel can), or a chunk on tensor cores
+ * (the bf16 mode); else the parts. */
 static void cu_linears(gp_ws *ws, int32_t m, float *const *ys, const float *x, const gp_prenorm *pn,
                        const gp_linear *const *Ls, int32_t n) {
     gp_cu_wt W[4], B[4];
     gp_cu_norm nb;
-    int plain = n == 1 && m <= 4;
+    int plain = m <= 4;
     for (int32_t i = 0; plain && i < m; i++) {
         plain = Ls[i]->n_lora == 0;
         W[i] = cw(&Ls[i]->w), B[i] = cw(&Ls[i]->bias);
     }
-    const int mode = plain ? linear_mode(ws, Ls[0]) : 0;
+    const int mode = plain ? linear_mode(ws, Ls[0]) : 0, one = plain && n == 1;
     int (*const fused)(gp_cu *, int32_t, float *const *, const float *, const gp_cu_norm *, const gp_cu_wt *,
                        const gp_cu_wt *, int) = (mode & GP_CU_MMA) ? gp_cu_matmul_mma_multi : gp_cu_matmul_multi;
-    if (plain && !fused(ws_of(ws)->d, m, ys, x, cnorm(pn, &nb), W, B, mode)) return;
+    if (one && !fused(ws_of(ws)->d, m, ys, x, cnorm(pn, &nb), W, B, mode)) return;
     x = cu_prenorm(ws, x, pn, n, Ls[0]->w.cols);
-    if (plain && pn && !fused(ws_of(ws)->d, m, ys, x, NULL, W, B, mode)) return;
+    if (one && pn && !fused(ws_of(ws)->d, m, ys, x, NULL, W, B, mode)) return;
+    if (plain && n > 1 && (mode & GP_CU_MMA) && !gp_cu_matmul_mma_parts(ws_of(ws)->d, m, ys, x, W, B, n, mode)) return;
     for (int32_t i = 0; i < m; i++) cu_linear(ws, ys[i], x, Ls[i], n);
 }
 

@@ -348,10 +348,18 @@ __global__ void to_bf16_kernel(uint4 *__restrict__ xb, const float4 *__restrict_
  * already in bf16 (to_bf16_kernel), and the weights, copied GEMM_U chunks per stage by cp.async, GEMM_ST - 1 stages
  * ahead; the first stages' weights before pdl_enter().  Blocks of one weight tile are adjacent in the grid (x: token
  * tiles), so a weight tile is read from memory once and from L2 by the others. */
+/* Row r (< the parts' total) of up to 3 stacked weights (q|k|v in one launch): its part k and row in the part lr,
+ * chosen with constant indices (a parameter array indexed at run time would go to local memory). */
+__device__ __forceinline__ int part_row(const mma_parts &p, int64_t r, int64_t *lr) {
+    if (p.m < 2 || r < p.rows[0]) return *lr = r, 0;
+    r -= p.rows[0];
+    if (p.m < 3 || r < p.rows[1]) return *lr = r, 1;
+    return *lr = r - p.rows[1], 2;
+}
+
 template <int BM>
 __global__ void __launch_bounds__(256)
-    mma_gemm_kernel(float *__restrict__ y, const uint16_t *__restrict__ xb, const uint16_t *__restrict__ W,
-                    int64_t rows, int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode,
+    mma_gemm_kernel(mma_parts P, const uint16_t *__restrict__ xb, int64_t rows, int64_t cols, int32_t n, int mode,
                     float alpha) {
     constexpr int MI = BM / 32; /* 16-token fragments per warp */
     constexpr int TR = BM + 128; /* shared rows per chunk: tokens, then weights */
@@ -368,8 +376,11 @@ __global__ void __launch_bounds__(256)
     bool wok[2], xok[BM / 64];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
+        int64_t lr;
         const int64_t r = r0 + lrow + 64 * i;
-        wok[i] = r < rows, wp[i] = W + (wok[i] ? r : 0) * cols + 8 * lpart;
+        const int k = part_row(P, r < rows ? r : 0, &lr);
+        const uint16_t *W = (const uint16_t *)(k == 0 ? P.W[0] : k == 1 ? P.W[1] : P.W[2]);
+        wok[i] = r < rows, wp[i] = W + lr * cols + 8 * lpart;
     }
 #pragma unroll
     for (int i = 0; i < BM / 64; i++) {
@@ -456,27 +467,32 @@ __global__ void __launch_bounds__(256)
             for (int e = 0; e < 4; e++) {
                 const int32_t t = t0 + wm * (BM / 2) + i * 16 + g + (e >> 1) * 8;
                 const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
-                if (t < n && r < rows)
-                    mm_store(y + (size_t)t * rows + r,
-                              mm_val(tot[i][q][e], bias != NULL, bias ? wt_at(bias, bias_dt, r) : 0.0f, mode, alpha),
-                              mode);
+                if (t >= n || r >= rows) continue;
+                int64_t lr;
+                const int k = part_row(P, r, &lr);
+                const void *B = k == 0 ? P.B[0] : k == 1 ? P.B[1] : P.B[2];
+                const int64_t pr = k == 0 ? P.rows[0] : k == 1 ? P.rows[1] : P.rows[2];
+                float *Y = k == 0 ? P.Y[0] : k == 1 ? P.Y[1] : P.Y[2];
+                const int bdt = k == 0 ? P.bdt[0] : k == 1 ? P.bdt[1] : P.bdt[2];
+                mm_store(Y + (size_t)t * pr + lr, mm_val(tot[i][q][e], B != NULL, B ? wt_at(B, bdt, lr) : 0.0f, mode, alpha),
+                         mode);
             }
 }
 
-/* The pipelined GEMM when the weights are bf16 and d's scratch holds the input's bf16 copy; else 0 (not launched). */
-static int launch_gemm(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
-                       int mode, float alpha) {
+/* The pipelined GEMM of the parts (bf16 weights of x's column count, rows stacked) when d's scratch holds the input's
+ * bf16 copy; else 0 (nothing launched). */
+static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t cols, int32_t n, int mode, float alpha) {
     size_t cap = 0;
     uint16_t *xb = (uint16_t *)gp_cu_scratch(d, &cap);
-    const size_t need = (size_t)n * (size_t)w->cols * 2;
-    if (w->dtype != GP_CU_BF16 || !xb || need > cap || w->rows > 65535 * 128ll) return 0;
+    int64_t rows = 0;
+    for (int i = 0; i < p.m; i++) rows += p.rows[i];
+    if (!xb || (size_t)n * (size_t)cols * 2 > cap || rows > 65535 * 128ll) return 0;
     cudaStream_t s = gp_cu_stream(d);
-    const int64_t n8 = (int64_t)n * w->cols / 8;
+    const int64_t n8 = (int64_t)n * cols / 8;
     launch(to_bf16_kernel, dim3((unsigned)((n8 + 255) / 256 < 1024 ? (n8 + 255) / 256 : 1024)), dim3(256), 0, s,
            (uint4 *)xb, (const float4 *)x, n8);
-    const dim3 grid((unsigned)((n + GEMM_BM - 1) / GEMM_BM), (unsigned)((w->rows + 127) / 128));
-    launch(mma_gemm_kernel<GEMM_BM>, grid, dim3(256), GEMM_SMEM(GEMM_BM), s, y, xb, (const uint16_t *)w->data, w->rows,
-           w->cols, b, bdt, n, mode, alpha);
+    const dim3 grid((unsigned)((n + GEMM_BM - 1) / GEMM_BM), (unsigned)((rows + 127) / 128));
+    launch(mma_gemm_kernel<GEMM_BM>, grid, dim3(256), GEMM_SMEM(GEMM_BM), s, p, xb, rows, cols, n, mode, alpha);
     return 1;
 }
 
@@ -507,7 +523,11 @@ extern "C" int gp_cu_mma_ok(const gp_cu_wt *w, const float *x) {
 
 extern "C" int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt,
                                 int32_t n, int mode, float alpha) {
-    if (n > 16 && launch_gemm(d, y, x, w, b, bdt, n, mode, alpha)) return (int)cudaGetLastError();
+    if (n > 16 && w->dtype == GP_CU_BF16) {
+        mma_parts p = {};
+        p.W[0] = w->data, p.B[0] = b, p.Y[0] = y, p.rows[0] = w->rows, p.bdt[0] = bdt, p.m = 1;
+        if (launch_gemm(d, p, x, w->cols, n, mode, alpha)) return (int)cudaGetLastError();
+    }
     cudaStream_t s = gp_cu_stream(d);
     by_dtype(w->dtype, [&](auto dt) { launch_mma<dt>(s, y, x, w, b, bdt, n, mode, alpha); });
     return (int)cudaGetLastError();
@@ -532,6 +552,24 @@ extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, con
     cudaStream_t s = gp_cu_stream(d);
     const dim3 grid((unsigned)groups), blk(32 * CHAINS);
     by_dtype(ws[0].dtype, [&](auto dt) { launch(mma_decode_kernel<dt>, grid, blk, 0, s, p, x, ws[0].cols, 1, mode, 1.0f); });
+    return (int)cudaGetLastError();
+}
+
+/* A chunk (n > 16 tokens) through m <= 3 bf16 weights of one column count (q|k|v): one bf16 copy of x, one GEMM
+ * launch over the stacked rows, each part the bits of gp_cu_matmul_mma.  cudaErrorNotSupported (nothing enqueued)
+ * when they do not qualify. */
+extern "C" int gp_cu_matmul_mma_parts(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_wt *ws,
+                                      const gp_cu_wt *bs, int32_t n, int mode) {
+    if (m < 1 || m > 3 || n <= 16) return (int)cudaErrorNotSupported;
+    mma_parts p = {};
+    for (int32_t i = 0; i < m; i++) {
+        if (ws[i].dtype != GP_CU_BF16 || ws[i].cols != ws[0].cols || !gp_cu_mma_ok(&ws[i], x))
+            return (int)cudaErrorNotSupported;
+        p.W[i] = ws[i].data, p.B[i] = bs[i].data, p.Y[i] = ys[i], p.rows[i] = ws[i].rows;
+        p.bdt[i] = bs[i].data ? bs[i].dtype : 0;
+    }
+    p.m = m;
+    if (!launch_gemm(d, p, x, ws[0].cols, n, mode, 1.0f)) return (int)cudaErrorNotSupported;
     return (int)cudaGetLastError();
 }
 
