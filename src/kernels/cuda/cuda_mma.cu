@@ -230,6 +230,22 @@ __device__ __forceinline__ int next_chunk(int j, int nch) {
     return c1 < CHAINS && c1 < nch ? c1 : -1;
 }
 
+/* The prefill kernels' chain step: adds a finished chain's acc to the total (the first chain is the total) and clears
+ * acc. */
+template <int MI>
+__device__ __forceinline__ void fold_chain(float (&tot)[MI][4][4], float (&acc)[MI][4][4], int &chain) {
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                tot[i][q][e] = chain ? tot[i][q][e] + acc[i][q][e] : acc[i][q][e];
+                acc[i][q][e] = 0.0f;
+            }
+    chain++;
+}
+
 /* Prefill: a block of 8 warps computes 64 tokens x 128 weight rows; warp (wm, wn) 32 x 32 of them.  Each 32-column
  * chunk of both operands goes through shared memory as bf16 (64-byte rows: the fragment loads are conflict-free),
  * the next chunk loading into registers while this one is multiplied.  The chunks are taken chain by chain (0, 4,
@@ -265,19 +281,6 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][q][e] = tot[i][q][e] = 0.0f;
     int chain = 0, buf = 0;
-    /* adds the finished chain's acc to the total (the first chain is the total) and clears acc */
-    auto fold = [&]() {
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    tot[i][q][e] = chain ? tot[i][q][e] + acc[i][q][e] : acc[i][q][e];
-                    acc[i][q][e] = 0.0f;
-                }
-        chain++;
-    };
     load(0);
     stash(0);
     __syncthreads();
@@ -293,13 +296,13 @@ __global__ void __launch_bounds__(256)
         for (int i = 0; i < 2; i++)
 #pragma unroll
             for (int q = 0; q < 4; q++) chunk_mma(acc[i][q], a[i], a8[i], b[q]);
-        if (jn < 0 || jn % CHAINS != j % CHAINS) fold(); /* j was its chain's last chunk */
+        if (jn < 0 || jn % CHAINS != j % CHAINS) fold_chain(tot, acc, chain); /* j was its chain's last chunk */
         if (jn >= 0) stash(buf ^ 1);
         __syncthreads();
         buf ^= 1;
         j = jn;
     }
-    while (chain < CHAINS) fold(); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+    while (chain < CHAINS) fold_chain(tot, acc, chain); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -419,18 +422,6 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][q][e] = tot[i][q][e] = 0.0f;
     int chain = 0;
-    auto fold = [&]() { /* mma_prefill_kernel's */
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    tot[i][q][e] = chain ? tot[i][q][e] + acc[i][q][e] : acc[i][q][e];
-                    acc[i][q][e] = 0.0f;
-                }
-        chain++;
-    };
     int jc = 0, st = 0, stl = GEMM_ST - 1; /* the chunk to multiply, its stage, the stage to fill */
     while (jc >= 0) {
         cp_wait<GEMM_ST - 2>(); /* stage st has landed (this thread's copies) */
@@ -452,13 +443,13 @@ __global__ void __launch_bounds__(256)
             for (int i = 0; i < MI; i++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) chunk_mma(acc[i][q], a[i], a8[i], bw[q]);
-            if (jc + CHAINS >= nch) fold(); /* jc was its chain's last chunk */
+            if (jc + CHAINS >= nch) fold_chain(tot, acc, chain); /* jc was its chain's last chunk */
             jc = next_chunk(jc, nch);
         }
         st = st + 1 == GEMM_ST ? 0 : st + 1;
     }
     cp_wait<0>();
-    while (chain < CHAINS) fold(); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+    while (chain < CHAINS) fold_chain(tot, acc, chain); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
 #pragma unroll
     for (int i = 0; i < MI; i++)
 #pragma unroll
