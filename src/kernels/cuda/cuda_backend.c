@@ -170,7 +170,8 @@ static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) 
     if (!e && p->compute == GP_COMPUTE_BF16) e = gp_cu_mma_prepare();
     if (e) {
         cu_ws_free(ws);
-        return gp_set_error(GP_ERR_DEVICE, "device cuda: attention kernels: %s", gp_cu_errstr(e));
+        return gp_set_error(GP_ERR_DEVICE, "device cuda: attention or tensor-core kernels' shared memory: %s",
+                            gp_cu_errstr(e));
     }
     /* the split scratch holds at least one query's splits of all heads */
     const size_t one = (size_t)(p->n_heads > 0 ? p->n_heads : 1) * ((size_t)p->max_keys / GP_CU_ATTN_SPLIT + 3) *

@@ -86,8 +86,9 @@ __device__ __forceinline__ void chunk_mma(float *acc, const uint4 &a, const uint
 #endif
 #define DEC_UNR GP_CU_DEC_UNR
 
-/* Up to 3 weights of one dtype and column count, one token tile (decode: q|k|v in one launch, or one weight).
- * Every part but the last has a multiple of 8 rows, so an 8-row group never straddles two. */
+/* Up to 3 weights of one dtype and column count, rows stacked (q|k|v in one launch, or one weight).  For the decode
+ * kernel every part but the last has a multiple of 8 rows, so an 8-row group never straddles two; the prefill GEMM
+ * maps each row to its part (part_row). */
 struct mma_parts {
     const void *W[3], *B[3];
     float *Y[3];
@@ -345,12 +346,6 @@ __global__ void to_bf16_kernel(uint4 *__restrict__ xb, const float4 *__restrict_
  * 64 bytes each. */
 #define GEMM_SMEM(BM) ((size_t)GEMM_ST * GEMM_U * ((BM) + 128) * 64)
 
-/* Prefill through bf16 weights: a block of 8 warps computes BM tokens x 128 weight rows, warp (wm, wn) BM/2 x 32 of
- * them, over the chunks in mma_prefill_kernel's order (chain after chain, each chain into acc, added to the total in
- * chain order) with its fragments (16-byte rows of 64-byte shared rows), so the same bits.  Operands: xb, the input
- * already in bf16 (to_bf16_kernel), and the weights, copied GEMM_U chunks per stage by cp.async, GEMM_ST - 1 stages
- * ahead; the first stages' weights before pdl_enter().  Blocks of one weight tile are adjacent in the grid (x: token
- * tiles), so a weight tile is read from memory once and from L2 by the others. */
 /* Row r (< the parts' total) of up to 3 stacked weights (q|k|v in one launch): its part k and row in the part lr,
  * chosen with constant indices (a parameter array indexed at run time would go to local memory). */
 __device__ __forceinline__ int part_row(const mma_parts &p, int64_t r, int64_t *lr) {
@@ -360,6 +355,12 @@ __device__ __forceinline__ int part_row(const mma_parts &p, int64_t r, int64_t *
     return *lr = r - p.rows[1], 2;
 }
 
+/* Prefill through bf16 weights: a block of 8 warps computes BM tokens x 128 weight rows, warp (wm, wn) BM/2 x 32 of
+ * them, over the chunks in mma_prefill_kernel's order (chain after chain, each chain into acc, added to the total in
+ * chain order) with its fragments (16-byte rows of 64-byte shared rows), so the same bits.  Operands: xb, the input
+ * already in bf16 (to_bf16_kernel), and the weights, copied GEMM_U chunks per stage by cp.async, GEMM_ST - 1 stages
+ * ahead; the first stages' weights before pdl_enter().  Blocks of one weight tile are adjacent in the grid (x: token
+ * tiles), so a weight tile is read from memory once and from L2 by the others. */
 template <int BM>
 __global__ void __launch_bounds__(256)
     mma_gemm_kernel(mma_parts P, const uint16_t *__restrict__ xb, int64_t rows, int64_t cols, int32_t n, int mode,
@@ -492,12 +493,18 @@ extern "C" int gp_cu_mma_prepare(void) {
                                      (int)GEMM_SMEM(GEMM_BM));
 }
 
+/* One weight as the kernels' parts (bias b of dtype bdt or NULL). */
+static mma_parts one_part(float *y, const gp_cu_wt *w, const void *b, int bdt) {
+    mma_parts p = {};
+    p.W[0] = w->data, p.B[0] = b, p.Y[0] = y, p.rows[0] = w->rows, p.bdt[0] = bdt, p.m = 1;
+    return p;
+}
+
 template <int DT>
 static void launch_mma(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                        int mode, float alpha) {
     if (n <= 16) {
-        mma_parts p = {};
-        p.W[0] = w->data, p.B[0] = b, p.Y[0] = y, p.rows[0] = w->rows, p.bdt[0] = bdt, p.m = 1;
+        const mma_parts p = one_part(y, w, b, bdt);
         launch(mma_decode_kernel<DT>, dim3((unsigned)((w->rows + 7) / 8)), dim3(32 * CHAINS), 0, s, p, x, w->cols, n, mode,
                alpha);
     } else {
@@ -515,9 +522,7 @@ extern "C" int gp_cu_mma_ok(const gp_cu_wt *w, const float *x) {
 extern "C" int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt,
                                 int32_t n, int mode, float alpha) {
     if (n > 16 && w->dtype == GP_CU_BF16) {
-        mma_parts p = {};
-        p.W[0] = w->data, p.B[0] = b, p.Y[0] = y, p.rows[0] = w->rows, p.bdt[0] = bdt, p.m = 1;
-        if (launch_gemm(d, p, x, w->cols, n, mode, alpha)) return (int)cudaGetLastError();
+        if (launch_gemm(d, one_part(y, w, b, bdt), x, w->cols, n, mode, alpha)) return (int)cudaGetLastError();
     }
     cudaStream_t s = gp_cu_stream(d);
     by_dtype(w->dtype, [&](auto dt) { launch_mma<dt>(s, y, x, w, b, bdt, n, mode, alpha); });
