@@ -180,7 +180,7 @@ static int bench_model(const char *dir, int p, int n, int reps, int threads, int
     }
     const int32_t V = gp_model_n_vocab(m);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(p > n ? p : n) + 4);
-    float *logits = malloc((size_t)V * sizeof(float));
+    float *logits = gp_ctx_logits_buffer(c); /* the context's (pinned on a GPU), as llama-bench reads llama's own */
     double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
     int rc = 0;
     if (!ids || !logits || !pp || !tg) {
@@ -222,7 +222,6 @@ fail:
     rc = cli_fail("evaluating");
 done:
     free(ids);
-    free(logits);
     free(pp);
     free(tg);
     gp_ctx_free(c);

@@ -371,6 +371,11 @@ typedef struct gp_eval_opts {
  * outside the vocabulary or a cache overflow (the cache is then unchanged). */
 gp_status gp_ctx_eval(gp_ctx *c, const int32_t *ids, int32_t n, const gp_eval_opts *opts, float *logits);
 
+/* Returns a buffer of n_vocab floats owned by c (valid until gp_ctx_free; NULL for a NULL c).  Passed to gp_ctx_eval
+ * as logits (last token only), it receives them at the device's full transfer rate: pinned host memory with
+ * --device cuda, where a caller's own buffer is written through a staging copy. */
+float *gp_ctx_logits_buffer(gp_ctx *c);
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Steering: residual injection and logit bias W·v                                                               */
 /* ------------------------------------------------------------------------------------------------------------ */

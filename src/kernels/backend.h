@@ -208,6 +208,10 @@ typedef struct gp_backend_ops {
     void (*upload)(gp_backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(gp_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(gp_backend *be, void *dst, const void *src, size_t bytes);
+    /* Host memory that upload/download move at the link's full rate (CUDA: pinned; CPU: malloc); NULL when out of
+     * memory.  host_free(NULL) is a no-op. */
+    void *(*host_alloc)(gp_backend *be, size_t bytes);
+    void (*host_free)(gp_backend *be, void *p);
     /* Binds a weight given as a host view (the mmap) into *out, usable by ops (CPU: *out = *view, no copy). */
     gp_status (*bind_weight)(gp_backend *be, const gp_wt *view, gp_wt *out);
     void (*unbind_weight)(gp_backend *be, gp_wt *w); /* releases what bind_weight allocated (CPU: nothing) */

@@ -78,6 +78,8 @@ static gp_status alloc_activations(gp_ctx *x) {
                                 "n_ctx %d)", be->name, p->prefill_chunk, p->n_ctx);
         total += n;
     }
+    if (!(x->host_logits = be->ops->host_alloc(be, V * sizeof(float))))
+        return gp_set_error(GP_ERR_NOMEM, "gp_ctx_init: out of host memory for the logits (%zu floats)", V);
     x->scratch_bytes = total + sizeof(float) * (uint64_t)x->ws->n_threads * ((uint64_t)wp.max_keys + 2 * (uint64_t)c->head_dim);
     return GP_OK;
 }
@@ -146,12 +148,15 @@ void gp_ctx_free(gp_ctx *c) {
     gp_backend *be = c->be;
     float *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->gate, c->up, c->logits};
     for (size_t i = 0; be && i < sizeof bufs / sizeof bufs[0]; i++) be->ops->dealloc(be, bufs[i]);
+    if (be) be->ops->host_free(be, c->host_logits);
     if (c->ws) be->ops->ws_free(c->ws);
     gp_steer_state_clear(&c->steer);
     free(c->own_layers);
     free(c->lora_terms);
     free(c);
 }
+
+float *gp_ctx_logits_buffer(gp_ctx *c) { return c ? c->host_logits : NULL; }
 
 void gp_ctx_reset(gp_ctx *c) {
     if (!c) return;

@@ -26,6 +26,8 @@ struct gp_ctx {
     float *att;          /* [chunk, n_heads*head_dim] */
     float *gate, *up;    /* [chunk, n_ff] */
     float *logits;       /* [logit_rows, n_vocab] when backend memory is not host memory (read back), else NULL */
+    float *host_logits;  /* [n_vocab] host memory from be->ops->host_alloc (pinned on a device): gp_ctx_logits_buffer,
+                          * and the staging of one row read back into a caller's buffer */
     int32_t logit_rows;  /* rows of logits one lm_head call computes (the chunk on the CPU; on a device as many as
                             fit in 64 MB) */
     uint64_t scratch_bytes;

@@ -13,6 +13,7 @@
 #include "model/ctx.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Reads x [n, E] back into the capture buffer slot j (hidden_out [n_hidden, n_total, E]) at token offset t0. */
 static void capture(gp_ctx *c, const gp_eval_opts *o, int32_t idx, const float *x, int32_t n, int32_t t0,
@@ -91,6 +92,18 @@ static void ffn_block(gp_ctx *c, int32_t l, int32_t n) {
     residual(c, &L->down, c->gate, a->sandwich_norms ? &L->ffn_post_norm : NULL, n);
 }
 
+/* Reads rows [rows, V] of device logits back into dst: one row through the context's pinned buffer unless dst is
+ * that buffer (a copy into pageable memory is staged by the driver anyway, at a fraction of the link's rate). */
+static void download_logits(gp_ctx *c, float *dst, const float *src, int32_t rows) {
+    const size_t bytes = (size_t)rows * (size_t)c->m->cfg.n_vocab * sizeof(float);
+    if (rows != 1 || dst == c->host_logits) {
+        c->be->ops->download(c->be, dst, src, bytes);
+        return;
+    }
+    c->be->ops->download(c->be, c->host_logits, src, bytes);
+    memcpy(dst, c->host_logits, bytes);
+}
+
 /* The lm_head of the rows [n, E] at x (soft-capped, + the logit bias of each row's context cs[t] or cs[0]) into host
  * logits [n, V], in blocks of the context's logit rows (on the CPU one block, written in place). */
 static gp_status head(gp_ctx *const *cs, int per_row, const float *x, int32_t n, float *logits) {
@@ -111,7 +124,7 @@ static gp_status head(gp_ctx *const *cs, int per_row, const float *x, int32_t n,
         if (out == logits + (int64_t)t0 * V) continue;
         gp_status s = B->finish(c->ws);
         if (s) return s;
-        B->download(be, logits + (int64_t)t0 * V, out, (size_t)rows * V * sizeof(float));
+        download_logits(c, logits + (int64_t)t0 * V, out, rows);
     }
     return GP_OK;
 }

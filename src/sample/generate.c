@@ -43,6 +43,7 @@ gp_status gp_ctx_engine_bind(gp_ctx_engine *ce, gp_gen_engine *e, gp_ctx *c, con
     e->n_vocab = gp_model_n_vocab(m);
     e->reset = ce_reset;
     e->eval = ce_eval;
+    e->logits_buf = gp_ctx_logits_buffer(c);
     const gp_tokenizer *tok = gp_model_tokenizer(m);
     if (tok) {
         gp_status s = gp_detok_init(tok, cfg->skip_special_tokens, &ce->d);

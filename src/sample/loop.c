@@ -59,7 +59,7 @@ static void seq_free(gp_gen_seq *q) {
     free(q->ids);
     free(q->logprobs);
     free(q->top);
-    free(q->logits);
+    if (!q->e || q->logits != q->e->logits_buf) free(q->logits);
     free(q->scores);
     free(q->lp);
     free(q->text.buf);
@@ -105,7 +105,7 @@ gp_status gp_gen_seq_begin(gp_gen_seq *q, const gp_gen_engine *e, const int32_t 
     q->t0 = gp_now();
     s = gp_sample_ws_init(&q->ws, V);
     if (!s) {
-        q->logits = gp_malloc((size_t)V, sizeof(float));
+        q->logits = e->logits_buf ? e->logits_buf : gp_malloc((size_t)V, sizeof(float));
         q->scores = gp_malloc((size_t)V, sizeof(float));
         q->lp = q->want_lp ? gp_malloc((size_t)V, sizeof(float)) : NULL;
         size_t first = (size_t)n_prompt + (size_t)(q->limit < 256 ? q->limit : 256);

@@ -167,6 +167,9 @@ typedef struct gp_gen_engine {
     /* Evaluates ids [n] after the cached ones and writes the last position's logits [n_vocab].  GP_ERR_RANGE on a
      * one-token decode step means the context is full. */
     gp_status (*eval)(void *self, const int32_t *ids, int32_t n, float *logits);
+    /* The engine's own buffer for the logits [n_vocab] that eval writes fastest (a context's pinned memory), or
+     * NULL: the loop allocates one per sequence. */
+    float *logits_buf;
     /* Streaming detokenizer, set up with cfg->skip_special_tokens (NULL when there is no tokenizer: no text, stop
      * strings refused). */
     gp_status (*detok_push)(void *self, int32_t id, const char **piece);

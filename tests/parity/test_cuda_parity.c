@@ -2,8 +2,8 @@
  * last-position logits of every prompt within 1e-3 of transformers' float32 CPU reference, of the CPU backend and
  * of transformers' cuda_f32_sdpa mode (references/modes; not tiny-gemma2, whose sdpa run has no attention
  * soft-capping); prompt 0's logits at every position and hidden states within 1e-3; greedy_48 token for token;
- * and the same bits run to run and for prefill chunks of 1, 3 and 512.  Skipped (with the reason) without a
- * CUDA build or device; test_cuda_select.c checks that error. */
+ * and the same bits run to run, for prefill chunks of 1, 3 and 512 and into the context's own logits buffer.
+ * Skipped (with the reason) without a CUDA build or device; test_cuda_select.c checks that error. */
 #include "fixtures.h"
 #include "test.h"
 
@@ -89,6 +89,11 @@ static void check_determinism(gp_model *m, gp_ctx *c, const int32_t *ids, int n,
     float *again = last_logits(c, ids, n, V);
     CHECK(again && memcmp(again, ref, (size_t)V * 4) == 0);
     free(again);
+    /* into the context's pinned buffer (read back directly, not staged) */
+    float *own = gp_ctx_logits_buffer(c);
+    gp_ctx_reset(c);
+    CHECK_STATUS(gp_ctx_eval(c, ids, n, NULL, own), GP_OK);
+    CHECK(own && memcmp(own, ref, (size_t)V * 4) == 0);
     const int chunks[] = {1, 3};
     for (int k = 0; k < 2; k++) {
         gp_ctx *cc = new_ctx(m, GP_DEVICE_CUDA, chunks[k]);

@@ -120,6 +120,12 @@ static void *cu_alloc(gp_backend *be, size_t bytes) {
     return p;
 }
 static void cu_dealloc(gp_backend *be, void *p) { gp_cu_release(be_of(be)->io, p); }
+static void *cu_host_alloc(gp_backend *be, size_t bytes) {
+    void *p = NULL;
+    (void)be;
+    return gp_cu_host_alloc(&p, bytes ? bytes : 16) ? NULL : p;
+}
+static void cu_host_free(gp_backend *be, void *p) { (void)be, gp_cu_host_free(p); }
 static void cu_upload(gp_backend *be, void *dst, const void *src, size_t n) { gp_cu_h2d(be_of(be)->io, dst, src, n); }
 static void cu_download(gp_backend *be, void *dst, const void *src, size_t n) { gp_cu_d2h(be_of(be)->io, dst, src, n); }
 static void cu_copy(gp_backend *be, void *dst, const void *src, size_t n) { gp_cu_d2d(be_of(be)->io, dst, src, n); }
@@ -394,6 +400,8 @@ static const gp_backend_ops CUDA_OPS = {
     .ws_free = cu_ws_free,
     .alloc = cu_alloc,
     .dealloc = cu_dealloc,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
     .upload = cu_upload,
     .download = cu_download,
     .copy = cu_copy,
