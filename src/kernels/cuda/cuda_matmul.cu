@@ -119,46 +119,43 @@ __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__r
     }
 }
 
-/* acc[i] = row r of W[i] . x for one token, i < R: row_dot's order, with UNR1 vectors of each of the R rows loaded
- * per lane before any arithmetic (decode streams each weight once: the more loads in flight, the nearer the
- * memory's rate).  The first weights are loaded before pdl_enter(), so the kernel streams while the previous one,
- * which writes the input, finishes; then every thread of the block (active or not: prep may synchronize the
- * block) calls prep(), which returns the input x. */
+/* acc[i] = row r of W[i] . x for one token, i < R: row_dot's order.  The weights stream through two register
+ * buffers of U vectors per row and lane: the next buffer's loads are in flight while the current one is multiplied,
+ * so a warp never waits for its loads with none pending (decode streams each weight once: the more loads in flight,
+ * the nearer the memory's rate; deeper buffers cost registers, hence blocks per SM, and were no faster:
+ * BENCHMARKS.md).  Both buffers are loaded before pdl_enter(), so the kernel streams while the previous one, which
+ * writes the input, finishes; then every thread of the block (active or not: prep may synchronize the block) calls
+ * prep(), which returns the input x. */
 template <int DT, int R, typename Prep>
 __device__ __forceinline__ void dot1(float *__restrict__ acc, const void *const *W, int64_t r, bool active,
                                      int64_t cols, int lane, int roundw, Prep prep) {
     typedef vec_traits<DT> V;
-    enum { UNR1 = 8 }; /* (16 for one row measured no better: BENCHMARKS.md) */
+    enum { U = 4 / R };
     const int64_t nv = cols / V::E;
     const uint4 *wrow[R];
-    uint4 wv[R][UNR1];
+    uint4 wa[R][U], wb[R][U];
 #pragma unroll
     for (int i = 0; i < R; i++) {
         acc[i] = 0.0f;
         wrow[i] = (const uint4 *)((const char *)W[i] + (size_t)(active ? r : 0) * cols * (DT == GP_CU_F32 ? 4 : 2));
     }
-    auto load = [&](int64_t v0) {
+    auto load = [&](uint4 (*w)[U], int64_t v0) {
 #pragma unroll
-        for (int u = 0; u < UNR1; u++)
+        for (int u = 0; u < U; u++)
 #pragma unroll
             for (int i = 0; i < R; i++)
-                if (v0 + 32 * u < nv) wv[i][u] = __ldcs(wrow[i] + v0 + 32 * u);
+                if (v0 + 32 * u < nv) w[i][u] = __ldcs(wrow[i] + v0 + 32 * u);
     };
-    if (active) load(lane);
-    pdl_enter();
-    const float *x = prep();
-    if (!active) return;
-    for (int64_t v0 = lane; v0 < nv; v0 += 32 * UNR1) {
-        if (v0 != lane) load(v0);
+    auto mul = [&](uint4 (*w)[U], int64_t v0, const float *x) {
 #pragma unroll
-        for (int u = 0; u < UNR1; u++) {
+        for (int u = 0; u < U; u++) {
             const int64_t v = v0 + 32 * u;
             if (v >= nv) break;
             const float4 *xv = (const float4 *)(x + v * V::E);
 #pragma unroll
             for (int i = 0; i < R; i++) {
                 float wf[V::E];
-                V::widen(wv[i][u], wf);
+                V::widen(w[i][u], wf);
                 wt_mode<DT, V::E>(wf, roundw);
 #pragma unroll
                 for (int q = 0; q < V::E / 4; q++) {
@@ -170,6 +167,18 @@ __device__ __forceinline__ void dot1(float *__restrict__ acc, const void *const 
                 }
             }
         }
+    };
+    enum { STEP = 32 * U };
+    if (active) load(wa, lane), load(wb, lane + STEP);
+    pdl_enter();
+    const float *x = prep();
+    if (!active) return;
+    for (int64_t v0 = lane; v0 < nv; v0 += 2 * STEP) {
+        mul(wa, v0, x);
+        if (v0 + 2 * STEP < nv) load(wa, v0 + 2 * STEP);
+        if (v0 + STEP >= nv) break;
+        mul(wb, v0 + STEP, x);
+        if (v0 + 3 * STEP < nv) load(wb, v0 + 3 * STEP);
     }
 }
 
