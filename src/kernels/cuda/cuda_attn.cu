@@ -113,7 +113,7 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
  * l[q] (the sum of exponentials) and acc[q][k] (unnormalized output element lane + 32 k, k < NE).  Every pair's
  * arithmetic is the one-pair computation's (the pairs share the key and value reads and interleave their
  * dependent chains); p[q] < 0: no pair. */
-template <int Q, int NE>
+template <int Q, int NE, int PV_BATCH>
 __device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan &pl, const float *const *qs,
                                            const float *ks, const float *vs, const uint8_t *held, int32_t j0,
                                            const int32_t *p, int *seen, float *m, float *l, float (*acc)[NE]) {
@@ -134,23 +134,25 @@ __device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan 
             dot[q][h] = 0.0f;
         }
     }
+    bool any_h[2] = {false, false};
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        bool any = false;
+    for (int q = 0; q < Q; q++) any_h[0] |= vis[q][0], any_h[1] |= vis[q][1];
+    if (any_h[0] || any_h[1]) /* a sequential dot product per pair and key, the two keys' chains interleaved (a key
+                               * no pair sees is computed and ignored) */
+#pragma unroll 2
+        for (int e = 0; e < hd; e += 4) {
+            const float4 k0 = *(const float4 *)(ks + lane * ld + e), k1 = *(const float4 *)(ks + (lane + 32) * ld + e);
 #pragma unroll
-        for (int q = 0; q < Q; q++) any |= vis[q][h];
-        if (any) /* a sequential dot product per pair (a pair that does not see the key ignores it) */
-            for (int e = 0; e < hd; e += 4) {
-                const float4 k = *(const float4 *)(ks + (lane + 32 * h) * ld + e);
-#pragma unroll
-                for (int q = 0; q < Q; q++) {
-                    const float4 x = *(const float4 *)(qs[q] + e);
-                    dot[q][h] = fmaf(x.x, k.x, dot[q][h]);
-                    dot[q][h] = fmaf(x.y, k.y, dot[q][h]);
-                    dot[q][h] = fmaf(x.z, k.z, dot[q][h]);
-                    dot[q][h] = fmaf(x.w, k.w, dot[q][h]);
-                }
+            for (int q = 0; q < Q; q++) {
+                const float4 x = *(const float4 *)(qs[q] + e);
+                dot[q][0] = fmaf(x.x, k0.x, dot[q][0]), dot[q][1] = fmaf(x.x, k1.x, dot[q][1]);
+                dot[q][0] = fmaf(x.y, k0.y, dot[q][0]), dot[q][1] = fmaf(x.y, k1.y, dot[q][1]);
+                dot[q][0] = fmaf(x.z, k0.z, dot[q][0]), dot[q][1] = fmaf(x.z, k1.z, dot[q][1]);
+                dot[q][0] = fmaf(x.w, k0.w, dot[q][0]), dot[q][1] = fmaf(x.w, k1.w, dot[q][1]);
             }
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++)
 #pragma unroll
         for (int q = 0; q < Q; q++) {
             float s = -INFINITY;
@@ -160,7 +162,6 @@ __device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan 
             }
             sc[q][h] = s;
         }
-    }
     unsigned v[Q][2];
     float pr[Q][2];
     bool any = false;
@@ -186,17 +187,31 @@ __device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan 
 #pragma unroll
         for (int k = 0; k < NE; k++) acc[q][k] = 0.0f;
     }
-    for (int i = 0; i < SPLIT; i++) { /* the visible keys in order */
-        float vv[NE];
+    /* the visible keys in order, PV_BATCH at a time (their value reads and probability shuffles issued together);
+     * past the last key any pair sees, nothing is left */
+    uint64_t seen_any = 0;
 #pragma unroll
-        for (int k = 0; k < NE; k++) vv[k] = lane + 32 * k < hd ? vs[i * ld + lane + 32 * k] : 0.0f;
+    for (int q = 0; q < Q; q++) seen_any |= (uint64_t)v[q][0] | (uint64_t)v[q][1] << 32;
+    for (int i0 = 0; i0 < SPLIT && (seen_any >> i0); i0 += PV_BATCH) {
+        float vv[PV_BATCH][NE], pi[PV_BATCH][Q];
 #pragma unroll
-        for (int q = 0; q < Q; q++) {
-            if (!(((i < 32 ? v[q][0] : v[q][1]) >> (i & 31)) & 1u)) continue;
-            const float pi = __shfl_sync(0xffffffffu, i < 32 ? pr[q][0] : pr[q][1], i & 31);
+        for (int u = 0; u < PV_BATCH; u++) {
+            const int i = i0 + u;
 #pragma unroll
-            for (int k = 0; k < NE; k++)
-                if (lane + 32 * k < hd) acc[q][k] = fmaf(pi, vv[k], acc[q][k]);
+            for (int k = 0; k < NE; k++) vv[u][k] = lane + 32 * k < hd ? vs[i * ld + lane + 32 * k] : 0.0f;
+#pragma unroll
+            for (int q = 0; q < Q; q++) pi[u][q] = __shfl_sync(0xffffffffu, i < 32 ? pr[q][0] : pr[q][1], i & 31);
+        }
+#pragma unroll
+        for (int u = 0; u < PV_BATCH; u++) {
+            const int i = i0 + u;
+#pragma unroll
+            for (int q = 0; q < Q; q++) {
+                if (!(((i < 32 ? v[q][0] : v[q][1]) >> (i & 31)) & 1u)) continue;
+#pragma unroll
+                for (int k = 0; k < NE; k++)
+                    if (lane + 32 * k < hd) acc[q][k] = fmaf(pi[u][q], vv[u][k], acc[q][k]);
+            }
         }
     }
 }
@@ -277,7 +292,7 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     float m, l, acc[1][NE];
     const int32_t pq = head ? p : -1;
     int seen;
-    split_warp<1, NE>(a, pl, &qs, ks, vs, held, j0, &pq, &seen, &m, &l, acc);
+    split_warp<1, NE, STAGE_BATCH == 1 ? 2 : NE <= 4 ? 8 : 4>(a, pl, &qs, ks, vs, held, j0, &pq, &seen, &m, &l, acc);
     if (ns == 1) { /* the only split: folded in registers as the chunk kernel does, no partials */
         float M = -INFINITY, L = 0.0f, O[NE];
 #pragma unroll
@@ -351,7 +366,7 @@ __global__ void __launch_bounds__(512) attn_chunk_kernel(gp_cu_attn a, attn_plan
 #pragma unroll
         for (int q = 0; q < Q; q++) ps[q] = p[q] >= s * SPLIT ? p[q] : -1, any |= ps[q] >= 0;
         if (!any) continue;
-        split_warp<Q, NE>(a, pl, qs, ks, vs, held, s * SPLIT, ps, seen, m, l, acc);
+        split_warp<Q, NE, Q >= 4 ? 1 : 2>(a, pl, qs, ks, vs, held, s * SPLIT, ps, seen, m, l, acc);
 #pragma unroll
         for (int q = 0; q < Q; q++)
             if (seen[q]) fold<NE>(M[q], L[q], O[q], m[q], l[q], acc[q]);
