@@ -142,8 +142,21 @@ typedef struct gp_kv_dst {
     int32_t r0;
 } gp_kv_dst;
 
+/* rope_qk's operands other than the shapes and positions (which an attention call has), for an attention call that
+ * runs it first (gp_attn_args.rope). */
+typedef struct gp_rope_args {
+    float *q, *k;                /* [n, n_heads, head_dim] (the call's q), [n, n_kv, head_dim]: before rope */
+    const float *inv_freq;       /* [head_dim / 2] */
+    const gp_wt *q_norm, *k_norm; /* per-head norm weights, NULL = none */
+    float eps;
+    int plus_one;
+    const gp_kv_dst *dst;        /* where the rotated keys and the values go: the rows kv names for the chunk */
+} gp_rope_args;
+
 /* One attention call: out [n, n_heads, head_dim] = softmax(q k^T * scale [soft-capped]) v over the visible keys of
- * query t at position pos0 + t.  q has rope applied; the keys/values of the chunk itself are in kv (staged). */
+ * query t at position pos0 + t.  q has rope applied, or rope says how: the call then runs rope_qk(q, k, ..., dst)
+ * first (a device may do it inside its attention kernel; q and k are unspecified afterwards).  The keys/values of
+ * the chunk itself are in kv (staged, or stored at rope->dst). */
 typedef struct gp_attn_args {
     float *out;          /* [n, n_heads, head_dim] */
     const float *q;      /* [n, n_heads, head_dim] */
@@ -151,6 +164,7 @@ typedef struct gp_attn_args {
     int32_t n, pos0, n_heads, n_kv, head_dim;
     float scale;         /* multiplier of q·k */
     float softcap;       /* 0 = none */
+    const gp_rope_args *rope; /* NULL: q is rotated already */
 } gp_attn_args;
 
 /* ---- instance, workspace, ops ---- */

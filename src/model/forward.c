@@ -1,8 +1,9 @@
 /* forward.c — the one forward pass every architecture runs on every backend, as a sequence of backend ops (no host
  * work between them; gp_ctx_eval in context.c drives it chunk by chunk):
  *   x = embed(ids) (* sqrt(hidden) for Gemma)
- *   per layer: q,k,v = linears(norm(x)); rope(q, k) [after per-head norms] (storing k,v in the cache when
- *              its rows can take them now, else staging them); attention over the cache's descriptor; commit k,v;
+ *   per layer: q,k,v = linears(norm(x)); rope(q, k) [after per-head norms] and attention over the cache's
+ *              descriptor (one op storing k,v in the cache when its rows can take them now; else rope, staging,
+ *              attention, commit k,v);
  *              x += linear_o(attn) [post-attn norm before the add];
  *              h = norm(x); x += down(act(gate(h)) * up(h)) [post-ffn norm before the add]; x += steering
  *   (each norm(x) before a projection is part of that composite op: a device may normalize inside the kernel)
@@ -66,15 +67,18 @@ static void attention_block(gp_ctx *const *cs, int32_t n_seq, int32_t l, int32_t
         gp_cache *kc = gp_ctx_cache(cs[i]);
         const int32_t pos = gp_cache_n_past(kc);
         float *q = c->q + i * r * Q, *k = c->k + i * r * KV, *v = c->v + i * r * KV;
-        /* float rows the ring can take now are stored with the rope; others are staged, then committed */
+        /* float rows the ring can take now are stored by the attention op with the rope; others are rotated now,
+         * staged, and committed after it */
         gp_kv_rows dk, dv;
         gp_kv_dst dst = {&dk, &dv, v, 0};
         const int early = gp_cache_early_rows(kc, l, r, &dk, &dv, &dst.r0);
-        B->rope_qk(ws, q, k, r, nh, nkv, hd, pos, inv_freq, qn, kn, cfg->norm_eps, po, early ? &dst : NULL);
+        const gp_rope_args rope = {q, k, inv_freq, qn, kn, cfg->norm_eps, po, &dst};
+        if (!early) B->rope_qk(ws, q, k, r, nh, nkv, hd, pos, inv_freq, qn, kn, cfg->norm_eps, po, NULL);
         gp_kv_desc kv;
         gp_cache_stage(kc, ws, l, k, v, r, early, &kv);
         const gp_attn_args args = {.out = c->att + i * r * Q, .q = q, .kv = &kv, .n = r, .pos0 = pos, .n_heads = nh,
-                                   .n_kv = nkv, .head_dim = hd, .scale = a->attn_scale, .softcap = a->attn_softcap};
+                                   .n_kv = nkv, .head_dim = hd, .scale = a->attn_scale, .softcap = a->attn_softcap,
+                                   .rope = early ? &rope : NULL};
         B->attention(ws, &args);
         gp_cache_commit(kc, ws, l, r, early);
     }

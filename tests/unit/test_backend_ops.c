@@ -469,6 +469,80 @@ TEST(backend_ops_attention) {
     }
 }
 
+static int same_bits(gp_backend *be, gp_ws *ws, const float *a, const float *b, size_t n);
+
+/* Attention that runs the rope itself (gp_attn_args.rope, decode's fused kernel on a device) against rope_qk then
+ * attention, on two copies of a cache holding pos float rows: the outputs and the stored key and value rows must
+ * have the same bits.  Returns the number of differing results. */
+static int rope_attention_case(gp_backend *be, int32_t compute, int32_t hd, int32_t G, int32_t pos, int32_t n,
+                               int norm) {
+    enum { NKV = 2 };
+    const int32_t nh = NKV * G, kvd = NKV * hd, rows = pos + n;
+    gp_ws_params wp = {.n_threads = 2, .max_tokens = n, .max_keys = rows, .head_dim = hd, .n_heads = nh,
+                       .compute = compute, .max_cols = kvd};
+    gp_ws *ws = NULL;
+    if (be->ops->ws_init(be, &wp, &ws) != GP_OK) return 1;
+    gp_kv_rows ck[2], cv[2];
+    float *old = rand_vec((size_t)rows * kvd, 61, 2), *inv = malloc(sizeof(float) * hd / 2);
+    for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
+    float *nv = rand_vec(256, 62, 1), *ne = malloc(sizeof(float) * 256), *dinv = bu_dev_from(be, inv, hd / 2);
+    void *hn;
+    gp_wt nw = make_weight(be, GP_WFMT_BF16, nv, 1, hd, ne, &hn);
+    float *qkv = rand_vec((size_t)n * (nh + 2 * NKV) * hd, 63, 2), *d[2][3], *out[2];
+    const size_t sz[3] = {(size_t)n * nh * hd, (size_t)n * kvd, (size_t)n * kvd};
+    for (int c = 0; c < 2; c++) {
+        ck[c] = kv_alloc(be, rows, kvd, 8, 32), cv[c] = kv_alloc(be, rows, kvd, 8, 32);
+        be->ops->upload(be, ck[c].f, old, sizeof(float) * (size_t)pos * kvd);
+        be->ops->upload(be, cv[c].f, old, sizeof(float) * (size_t)pos * kvd);
+        for (int i = 0, o = 0; i < 3; o += (int)sz[i], i++) d[c][i] = bu_dev_from(be, qkv + o, sz[i]);
+        out[c] = be->ops->alloc(be, sizeof(float) * sz[0]);
+    }
+    int bad = 0;
+    for (int c = 0; c < 2; c++) {
+        const gp_kv_dst dst = {&ck[c], &cv[c], d[c][2], pos};
+        gp_kv_desc kv = {.k = {ck[c], ck[c]}, .v = {cv[c], cv[c]}, .n_seg = 1, .seg = {{0, rows, 0, 0, 0}}};
+        const gp_wt *qn = norm ? &nw : NULL;
+        const gp_rope_args ra = {d[c][0], d[c][1], dinv, qn, qn, 1e-6f, norm == 2, &dst};
+        if (!c) be->ops->rope_qk(ws, d[c][0], d[c][1], n, nh, NKV, hd, pos, dinv, qn, qn, 1e-6f, norm == 2, &dst);
+        const gp_attn_args a = {.out = out[c], .q = d[c][0], .kv = &kv, .n = n, .pos0 = pos, .n_heads = nh,
+                                .n_kv = NKV, .head_dim = hd, .scale = 0.3f, .rope = c ? &ra : NULL};
+        be->ops->attention(ws, &a);
+    }
+    bad += !same_bits(be, ws, out[0], out[1], sz[0]);
+    bad += !same_bits(be, ws, ck[0].f, ck[1].f, (size_t)rows * kvd) + !same_bits(be, ws, cv[0].f, cv[1].f, (size_t)rows * kvd);
+    for (int c = 0; c < 2; c++) {
+        kv_free(be, &ck[c]), kv_free(be, &cv[c]);
+        for (int i = 0; i < 3; i++) be->ops->dealloc(be, d[c][i]);
+        be->ops->dealloc(be, out[c]);
+    }
+    be->ops->unbind_weight(be, &nw);
+    be->ops->dealloc(be, dinv);
+    be->ops->ws_free(ws);
+    free(old), free(inv), free(nv), free(ne), free(hn), free(qkv);
+    return bad;
+}
+
+TEST(backend_ops_attention_with_rope_gives_its_parts_bits) {
+    const int32_t hds[] = {8, 64, 128, 256}, Gs[] = {1, 4, 16}, poss[] = {0, 5, 70, 130};
+    for (size_t b = 0; b < N_BACKENDS; b++) {
+        gp_backend *be = open_backend(b);
+        if (!be) continue;
+        int bad = 0, cases = 0;
+        for (int32_t mode = 0; mode < 2; mode++)
+            for (size_t h = 0; h < 4; h++)
+                for (size_t g = 0; g < 3; g++)
+                    for (size_t p = 0; p < 4; p++)
+                        for (int norm = 0; norm < 3; norm++, cases++)
+                            bad += rope_attention_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, hds[h], Gs[g],
+                                                       poss[p], p == 1 ? 3 : 1, norm);
+        NOTE("%s: attention running the rope itself vs rope_qk then attention (f32 and bf16 modes, head_dim 8-256, "
+             "1-16 heads per kv head, positions 0-130, 1 and 3 tokens, no / plain / Gemma head norms; %d cases): %d "
+             "results differ (want 0)", BACKENDS[b].name, cases, bad);
+        CHECK_EQ_INT(bad, 0);
+        gp_backend_free(be);
+    }
+}
+
 /* ---- composite ops ---- */
 
 /* 1 when backend buffers a and b [n] hold the same bits (after ws's ops). */

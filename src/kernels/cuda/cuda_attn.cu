@@ -8,10 +8,11 @@
  * product; the max and the sum of exponentials by the warp's butterfly; the output elements lane, lane + 32, ...
  * summed over the visible keys in order), and the splits that see a key are folded in increasing order by the
  * online-softmax step (fold).  Decode runs the splits in parallel (attn_split_kernel: a block per split and kv
- * head, a warp per query head of the group, partials to scratch), and the last block of a kv head to finish folds
- * them; a chunk of queries (attn_chunk_kernel) stages each split once for a tile of queries and every head of a kv
- * group, each warp running Q = 4 (query, head) pairs at once (2 for heads over 128: their dependent chains
- * interleave, the key and value reads are shared), and folds in registers.  Both call the same two functions with
+ * head, a warp per query head of the group, partials to scratch; it may run the rope and store the new key and
+ * value first), and the last block of a kv head to finish folds them; a chunk of queries (attn_chunk_kernel) stages
+ * each split once for a tile of queries and every head of a kv group, each warp running Q = 4 (query, head) pairs
+ * at once (2 for heads over 128: their dependent chains interleave, the key and value reads are shared), and folds
+ * in registers.  Both call the same two functions with
  * the same operands, so a pair's bits do not depend on Q. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -267,6 +268,17 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
     finish_out(out, hd, L, O, bf);
 }
 
+/* The new key of kv head kvh (decode with the rope inside) by one warp: rotated in kb [head_dim] (shared memory)
+ * as gp_cu_rope_qk does it, then stored with its value at row r0 of the cache's float rows, which the block's
+ * staging reads after its barrier. */
+__device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, float *kb, int bf) {
+    const int lane = threadIdx.x & 31, hd = a.head_dim;
+    const size_t o = (size_t)a.r0 * a.n_kv * hd + (size_t)kvh * hd;
+    for (int e = lane; e < hd; e += 32) kb[e] = a.rk[(size_t)kvh * hd + e];
+    rope_head_warp(kb, hd, a.kn, a.eps, a.plus_one, bf, (float)a.pos0, a.inv_freq);
+    for (int e = lane; e < hd; e += 32) a.kf[o + e] = kb[e], a.vf[o + e] = a.rv[(size_t)kvh * hd + e];
+}
+
 /* Decode: grid (splits of the call, kv heads); warp w < G = query head kvh * G + w.  Each block writes its split's
  * partial (m, l, acc [hd]) of every head of the group to part[(h, b)] (m = -inf when the split has no key for the
  * query), and the last block of the kv head to finish (a ticket: which block folds varies, the fold's order does
@@ -286,6 +298,11 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     float *part = a.part + ((size_t)h * ns + b) * (hd + 2);
     desc_to_smem(a, &d);
     for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
+    if (a.rk) { /* the rope inside: every block its heads' queries, the last split's block the new key */
+        if (head) rope_head_warp(qs, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, a.inv_freq);
+        if (b == ns - 1 && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
+            rope_store_key(a, kvh, vs + SPLIT * pl.ld + pl.G * hd, pl.bf);
+    }
     __syncthreads();
     stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held);
     __syncthreads();
@@ -420,6 +437,8 @@ extern "C" int gp_cu_attn_prepare(void) {
 
 extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
     if (a->n <= 0) return 0;
+    if (a->rk && (a->n != 1 || !a->kf || !a->vf || !a->rv || !a->inv_freq || a->head_dim % 2))
+        return (int)cudaErrorInvalidValue;
     if (a->n_seg > GP_CU_KV_MAX_SEGS || a->n_kv <= 0 || a->n_heads % a->n_kv || a->head_dim % 4 ||
         a->head_dim > 32 * MAX_NE)
         return (int)cudaErrorInvalidValue;
@@ -428,7 +447,7 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
     const size_t tiles = (size_t)2 * SPLIT * pl.ld * sizeof(float);
     if (a->n == 1) { /* decode: the splits in parallel, then the fold */
         const int32_t ns = pl.np + pl.hi - pl.lo + 1;
-        const size_t sh = tiles + (size_t)pl.G * a->head_dim * sizeof(float);
+        const size_t sh = tiles + (size_t)(pl.G + (a->rk ? 1 : 0)) * a->head_dim * sizeof(float);
         if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
         if (!a->count || a->n_kv > GP_CU_ATTN_MAX_KV) return (int)cudaErrorInvalidValue;
         /* at least 8 warps stage the split (a group's heads compute it) */

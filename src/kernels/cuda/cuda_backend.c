@@ -359,12 +359,27 @@ static void cu_kv_copy(gp_ws *ws, const gp_kv_rows *dk, const gp_kv_rows *dv, in
 }
 
 /* Attention in blocks of queries whose split scratch fits the workspace's (the same bits for any blocking). */
+/* Decode's rope inside the attention kernel (one token, float rows at dst), else the rope kernel first. */
+static void attn_rope(gp_ws *ws, const gp_attn_args *a, gp_cu_attn *c) {
+    const gp_rope_args *r = a->rope;
+    if (a->n == 1 && a->head_dim % 2 == 0 && r->dst && r->dst->k->f && r->dst->v->f) {
+        const gp_cu_wt none = {0};
+        c->rk = r->k, c->rv = r->dst->vals, c->kf = r->dst->k->f, c->vf = r->dst->v->f, c->r0 = r->dst->r0;
+        c->inv_freq = r->inv_freq, c->eps = r->eps, c->plus_one = r->plus_one;
+        c->qn = r->q_norm ? cw(r->q_norm) : none, c->kn = r->k_norm ? cw(r->k_norm) : none;
+        return;
+    }
+    cu_rope_qk(ws, r->q, r->k, a->n, a->n_heads, a->n_kv, a->head_dim, a->pos0, r->inv_freq, r->q_norm, r->k_norm,
+               r->eps, r->plus_one, r->dst);
+}
+
 static void cu_attention(gp_ws *ws, const gp_attn_args *a) {
     cu_ws *w = ws_of(ws);
     const gp_kv_desc *kv = a->kv;
     gp_cu_attn c = {.window = kv->window, .pinned = kv->pinned, .n_seg = kv->n_seg, .n_heads = a->n_heads,
                     .n_kv = a->n_kv, .head_dim = a->head_dim, .scale = a->scale, .softcap = a->softcap,
                     .part = w->part, .count = w->count};
+    if (a->rope) attn_rope(ws, a, &c);
     for (int i = 0; i < 2; i++) c.k[i] = kvr(&kv->k[i]), c.v[i] = kvr(&kv->v[i]);
     for (int32_t s = 0; s < kv->n_seg && s < GP_CU_KV_MAX_SEGS; s++)
         c.seg[s] = (gp_cu_kv_seg){kv->seg[s].p0, kv->seg[s].p1, kv->seg[s].r0, kv->seg[s].src, kv->seg[s].quant};

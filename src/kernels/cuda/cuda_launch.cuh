@@ -119,13 +119,11 @@ __host__ __device__ __forceinline__ int rms_threads(int32_t dim) {
     return dim >= 1024 ? 256 : dim >= 128 ? 128 : 32;
 }
 
-/* 1 / sqrt(mean(x^2) + eps) of x [dim] for the whole block, whose blockDim.x must be rms_threads(dim): thread i
- * sums elements i, i + blockDim.x, ..., then block_sum (one fixed order, RMSNorm's everywhere it is fused). */
+/* RMSNorm's partial sum of squares of thread t of nb: elements t, t + nb, ... of x [dim] in order. */
 #define RMS_BATCH 8 /* a thread's loads issued together (one at a time, their latency was most of a decode norm) */
-__device__ __forceinline__ float rms_inv(const float *x, int32_t dim, float eps, float *sh, int bf = 0) {
-    const int nb = blockDim.x;
+__device__ __forceinline__ float rms_partial(const float *x, int32_t dim, int t, int nb) {
     float ss = 0.0f;
-    int i = threadIdx.x;
+    int i = t;
     for (; i + (RMS_BATCH - 1) * nb < dim; i += RMS_BATCH * nb) {
         float v[RMS_BATCH];
 #pragma unroll
@@ -134,9 +132,28 @@ __device__ __forceinline__ float rms_inv(const float *x, int32_t dim, float eps,
         for (int k = 0; k < RMS_BATCH; k++) ss += v[k] * v[k];
     }
     for (; i < dim; i += nb) ss += x[i] * x[i];
-    ss = block_sum(ss, sh);
-    /* bf16 mode: torch's CUDA expression, mean as sum * (1 / dim), then rsqrt */
+    return ss;
+}
+
+/* 1 / sqrt(mean + eps) of the sum of squares ss of dim elements; bf16 mode: torch's CUDA expression, mean as
+ * sum * (1 / dim), then rsqrt. */
+__device__ __forceinline__ float rms_scale(float ss, int32_t dim, float eps, int bf) {
     return bf ? rsqrtf(ss * (1.0f / (float)dim) + eps) : 1.0f / sqrtf(ss / (float)dim + eps);
+}
+
+/* 1 / sqrt(mean(x^2) + eps) of x [dim] for the whole block, whose blockDim.x must be rms_threads(dim): thread i's
+ * rms_partial, then block_sum (one fixed order, RMSNorm's everywhere it is fused). */
+__device__ __forceinline__ float rms_inv(const float *x, int32_t dim, float eps, float *sh, int bf = 0) {
+    return rms_scale(block_sum(rms_partial(x, dim, threadIdx.x, blockDim.x), sh), dim, eps, bf);
+}
+
+/* rms_inv's value by one warp, for a block of nb threads (a multiple of 32): lane l takes threads l, l + 32, ...,
+ * each virtual warp summed by the butterfly, the warps' sums added in order. */
+__device__ __forceinline__ float rms_inv_warp(const float *x, int32_t dim, int nb, float eps, int bf) {
+    const int lane = threadIdx.x & 31;
+    float s = 0.0f;
+    for (int w = 0; w < nb / 32; w++) s += warp_sum(rms_partial(x, dim, lane + 32 * w, nb));
+    return rms_scale(s, dim, eps, bf);
 }
 
 /* RMSNorm's output element: v * inv scaled by g (or by 1 + g, Gemma); bf16 mode as the CPU op: Llama/Qwen round
@@ -160,6 +177,36 @@ __device__ __forceinline__ void rms_apply(float *y, const float *x, float inv, c
         for (int k = 0; k < RMS_BATCH; k++) y[i + k * nb] = rms_val(v[k], inv, g[k], plus_one, bf);
     }
     for (; i < dim; i += nb) y[i] = rms_val(x[i], inv, wt_at(w, dt, i), plus_one, bf);
+}
+
+/* Rotates the pair (v[i], v[i + half]) of a head at position p.  bf16 mode as the CPU op: cos/sin cast to bf16, each
+ * product and the sum rounded. */
+__device__ __forceinline__ void rotate_pair(float *v, int i, int half, float p, const float *inv_freq, int bf) {
+    const float ang = p * inv_freq[i], x1 = v[i], x2 = v[i + half];
+    float c = cosf(ang), s = sinf(ang);
+    if (bf) {
+        c = bf16r(c), s = bf16r(s);
+        v[i] = bf16r(bf16r(x1 * c) - bf16r(x2 * s));
+        v[i + half] = bf16r(bf16r(x2 * c) + bf16r(x1 * s));
+    } else {
+        v[i] = x1 * c - x2 * s;
+        v[i + half] = x2 * c + x1 * s;
+    }
+}
+
+/* One head x [hd] in shared memory by one warp, as gp_cu_rope_qk's block does it: RMS-normalized by the weight g
+ * when given (its rms_threads(hd) threads' order), then rotated at position p. */
+__device__ __forceinline__ void rope_head_warp(float *x, int32_t hd, const gp_cu_wt &g, float eps, int plus_one,
+                                               int bf, float p, const float *inv_freq) {
+    const int lane = threadIdx.x & 31;
+    __syncwarp();
+    if (g.data) {
+        const float inv = rms_inv_warp(x, hd, rms_threads(hd), eps, bf);
+        for (int i = lane; i < hd; i += 32) x[i] = rms_val(x[i], inv, wt_at(g.data, g.dtype, i), plus_one, bf);
+        __syncwarp();
+    }
+    for (int i = lane; i < hd / 2; i += 32) rotate_pair(x, i, hd / 2, p, inv_freq, bf);
+    __syncwarp();
 }
 
 /* The decode projections' input: x, or (NORM) its RMSNorm computed by the whole block into xs [cols] (shared), with

@@ -35,21 +35,6 @@ extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt 
 }
 
 /* ---- rope: block per (token, head), thread per rotated pair ---- */
-/* Rotates the pair (v[i], v[i + half]) of a head at position p.  bf16 mode as the CPU op: cos/sin cast to bf16, each
- * product and the sum rounded. */
-__device__ __forceinline__ void rotate_pair(float *v, int i, int half, float p, const float *inv_freq, int bf) {
-    const float ang = p * inv_freq[i], x1 = v[i], x2 = v[i + half];
-    float c = cosf(ang), s = sinf(ang);
-    if (bf) {
-        c = bf16r(c), s = bf16r(s);
-        v[i] = bf16r(bf16r(x1 * c) - bf16r(x2 * s));
-        v[i + half] = bf16r(bf16r(x2 * c) + bf16r(x1 * s));
-    } else {
-        v[i] = x1 * c - x2 * s;
-        v[i + half] = x2 * c + x1 * s;
-    }
-}
-
 /* Block per (token t, head h) of q [n, nh, hd] then k [n, nkv, hd]: the head RMS-normalized by its norm weight when
  * given (blockDim = rms_threads(hd): rmsnorm_kernel's summation order), then rotated at position pos0 + t; with kf,
  * a k head and its v head also go to row r0 + t of the cache's float rows. */

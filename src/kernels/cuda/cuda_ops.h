@@ -187,6 +187,14 @@ typedef struct gp_cu_attn {
     float scale, softcap;
     float *part;                 /* scratch, gp_cu_attn_part_floats(...) floats */
     uint32_t *count;             /* [GP_CU_ATTN_MAX_KV] zeros: decode's split tickets (each call leaves them 0) */
+    /* decode with the rope inside (rk != NULL, n == 1): q and the keys rk [n_kv, head_dim] are rotated at pos0 after
+     * the per-head norms qn, kn (data NULL: none), and the rotated keys and the values rv go to float row r0 of kf,
+     * vf (the cache rows the descriptor reads for pos0): gp_cu_rope_qk's bits */
+    float *rk, *kf, *vf;
+    const float *rv, *inv_freq;
+    gp_cu_wt qn, kn;
+    float eps;
+    int32_t plus_one, r0;
 } gp_cu_attn;
 #define GP_CU_ATTN_MAX_KV 1024
 /* Floats of gp_cu_attn.part one call needs. */
