@@ -69,12 +69,13 @@ __device__ __forceinline__ void desc_to_smem(const gp_cu_attn &a, attn_desc_sm *
     if (threadIdx.x == GP_CU_KV_MAX_SEGS) d->rows[0] = a.k[0], d->rows[1] = a.k[1], d->rows[2] = a.v[0], d->rows[3] = a.v[1];
 }
 
-/* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held.  Each
- * thread issues STAGE_BATCH vectors' loads before storing any (one at a time, their latency was most of a decode
- * split): 8 in decode's blocks of up to 8 warps, 2 in a chunk's 16. */
+/* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held (the row
+ * of position skip, held, is left for the caller to store).  Each thread issues STAGE_BATCH vectors' loads before
+ * storing any (one at a time, their latency was most of a decode split): 8 in decode's blocks of up to 8 warps, 2
+ * in a chunk's 16. */
 template <int STAGE_BATCH>
 __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld,
-                            float *ks, float *vs, uint8_t *held) {
+                            float *ks, float *vs, uint8_t *held, int32_t skip = -1) {
     const int32_t hd = a.head_dim, nv = hd / 4, j0 = s * SPLIT, off = kvh * hd, total = SPLIT * nv;
     for (int idx0 = threadIdx.x; idx0 < total; idx0 += STAGE_BATCH * blockDim.x) {
         float4 kv[STAGE_BATCH], vv[STAGE_BATCH];
@@ -88,8 +89,8 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
             int sg = -1;
             for (int k = 0; idx < total && k < a.n_seg; k++)
                 if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
-            in[u] = sg >= 0;
-            if (idx < total && f == 0) held[i] = in[u];
+            if (idx < total && f == 0) held[i] = sg >= 0;
+            in[u] = sg >= 0 && j != skip;
             if (!in[u]) continue;
             const gp_cu_kv_seg S = d->seg[sg];
             const gp_cu_kv_rows &K = d->rows[S.src], &V = d->rows[2 + S.src];
@@ -269,14 +270,17 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
 }
 
 /* The new key of kv head kvh (decode with the rope inside) by one warp: rotated in kb [head_dim] (shared memory)
- * as gp_cu_rope_qk does it, then stored with its value at row r0 of the cache's float rows, which the block's
- * staging reads after its barrier. */
-__device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, float *kb, int bf) {
+ * as gp_cu_rope_qk does it, then stored with its value at row r0 of the cache's float rows and at the staged rows
+ * ks, vs (the split's row of position pos0, which stage_split skipped). */
+__device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, float *kb, float *ks, float *vs, int bf) {
     const int lane = threadIdx.x & 31, hd = a.head_dim;
     const size_t o = (size_t)a.r0 * a.n_kv * hd + (size_t)kvh * hd;
     for (int e = lane; e < hd; e += 32) kb[e] = a.rk[(size_t)kvh * hd + e];
     rope_head_warp(kb, hd, a.kn, a.eps, a.plus_one, bf, (float)a.pos0, a.inv_freq);
-    for (int e = lane; e < hd; e += 32) a.kf[o + e] = kb[e], a.vf[o + e] = a.rv[(size_t)kvh * hd + e];
+    for (int e = lane; e < hd; e += 32) {
+        const float v = a.rv[(size_t)kvh * hd + e];
+        a.kf[o + e] = ks[e] = kb[e], a.vf[o + e] = vs[e] = v;
+    }
 }
 
 /* Decode: grid (splits of the call, kv heads); warp w < G = query head kvh * G + w.  Each block writes its split's
@@ -285,8 +289,7 @@ __device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, float *kb, int 
  * not) folds them in order; a single split is folded in registers. */
 template <int STAGE_BATCH, int NE>
 __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kernel(gp_cu_attn a, attn_plan pl) {
-    pdl_enter();
-    extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] */
+    extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] (, the new key [hd]) */
     __shared__ attn_desc_sm d;
     __shared__ uint8_t held[SPLIT];
     __shared__ int last;
@@ -297,14 +300,21 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     float *ks = smem, *vs = ks + SPLIT * pl.ld, *qs = vs + SPLIT * pl.ld + warp * hd;
     float *part = a.part + ((size_t)h * ns + b) * (hd + 2);
     desc_to_smem(a, &d);
-    for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
-    if (a.rk) { /* the rope inside: every block its heads' queries, the last split's block the new key */
+    if (a.rk) { /* the rope inside: the held rows are earlier steps' (staged before the wait for the kernel that
+                 * writes q, k, v); then every block rotates its heads' queries, the last split's block the new key */
+        __syncthreads();
+        stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, p);
+        pdl_enter();
+        for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
         if (head) rope_head_warp(qs, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, a.inv_freq);
         if (b == ns - 1 && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
-            rope_store_key(a, kvh, vs + SPLIT * pl.ld + pl.G * hd, pl.bf);
+            rope_store_key(a, kvh, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld, pl.bf);
+    } else {
+        pdl_enter();
+        for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
+        __syncthreads();
+        stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held);
     }
-    __syncthreads();
-    stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held);
     __syncthreads();
     float m, l, acc[1][NE];
     const int32_t pq = head ? p : -1;
