@@ -338,14 +338,14 @@ static void attn_item(void *arg, int64_t tk, int thread) {
     }
 }
 
-/* out [n, n_heads, hd] = softmax(q k^T * scale [soft-capped]) v over the visible keys (gp_kv_desc), after rope_qk
- * when a->rope says so.  Items are
- * (token, kv head); each (token, head) is computed in one fixed order: scores by the shared dot product, exp and
- * sum by exp_sum, then the values accumulated key by key.  The scratch row is the running thread's. */
 static void cpu_rope_qk(gp_ws *ws, float *q, float *k, int32_t n, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
                         const float *inv_freq, const gp_wt *qn, const gp_wt *kn, float eps, int plus_one,
                         const gp_kv_dst *dst);
 
+/* out [n, n_heads, hd] = softmax(q k^T * scale [soft-capped]) v over the visible keys (gp_kv_desc), after rope_qk
+ * when a->rope says so.  Items are (token, kv head); each (token, head) is computed in one fixed order: scores by
+ * the shared dot product, exp and sum by exp_sum, then the values accumulated key by key.  The scratch row is the
+ * running thread's. */
 static void cpu_attention(gp_ws *ws, const gp_attn_args *a) {
     const cpu_ws *cw = ws->impl;
     const gp_rope_args *r = a->rope;
