@@ -358,7 +358,6 @@ static void cu_kv_copy(gp_ws *ws, const gp_kv_rows *dk, const gp_kv_rows *dv, in
     check(ws, gp_cu_kv_copy(ws_of(ws)->d, &DK, &DV, d0, &SK, &SV, s0, n, quant), "kv_copy");
 }
 
-/* Attention in blocks of queries whose split scratch fits the workspace's (the same bits for any blocking). */
 /* Decode's rope inside the attention kernel (one token, float rows at dst), else the rope kernel first. */
 static void attn_rope(gp_ws *ws, const gp_attn_args *a, gp_cu_attn *c) {
     const gp_rope_args *r = a->rope;
@@ -373,6 +372,7 @@ static void attn_rope(gp_ws *ws, const gp_attn_args *a, gp_cu_attn *c) {
                r->eps, r->plus_one, r->dst);
 }
 
+/* Attention in blocks of queries whose split scratch fits the workspace's (the same bits for any blocking). */
 static void cu_attention(gp_ws *ws, const gp_attn_args *a) {
     cu_ws *w = ws_of(ws);
     const gp_kv_desc *kv = a->kv;

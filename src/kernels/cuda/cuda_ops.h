@@ -107,8 +107,8 @@ typedef struct gp_cu_norm {
 int gp_cu_norm_fits(const gp_cu_norm *nm, int64_t cols, int threads);
 /* One token on tensor cores: m <= 3 weights of one dtype and column count in one launch (each part's bits those of
  * gp_cu_matmul_mma), and gate|up with the GLU (gp_cu_matmul_mma twice then gp_cu_glu's bits); gate|up of the
- * input's RMSNorm by nm when given (q|k|v's blocks of 4 warps cannot apply one: nm must be NULL there).  Both return cudaErrorNotSupported (nothing enqueued) when the weights or the norm do not
- * qualify. */
+ * input's RMSNorm by nm when given (q|k|v's blocks of 4 warps cannot apply one: nm must be NULL there).  Both
+ * return cudaErrorNotSupported (nothing enqueued) when the weights or the norm do not qualify. */
 int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_norm *nm,
                            const gp_cu_wt *ws, const gp_cu_wt *bs, int mode);
 int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const gp_cu_wt *g,
