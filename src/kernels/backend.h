@@ -301,6 +301,10 @@ gp_status gp_backend_cpu_init(const gp_backend_params *p, gp_backend **out);
  * has no CUDA or there is no usable device.  *out is freed by gp_backend_free. */
 gp_status gp_backend_cuda_init(int32_t dev, gp_backend **out);
 
+/* Decode steps of a workspace: out[0] replayed as CUDA graphs, out[1] graphs built, out[2] launched kernel by kernel
+ * after being recorded (all 0 for a workspace of another backend or a build without CUDA). */
+void gp_backend_cuda_graph_stats(const gp_ws *ws, uint64_t out[3]);
+
 /* Frees a backend instance (NULL = no-op).  Its buffers and workspaces must be freed first. */
 void gp_backend_free(gp_backend *be);
 

@@ -2,12 +2,15 @@
  * last-position logits of every prompt within 1e-3 of transformers' float32 CPU reference, of the CPU backend and
  * of transformers' cuda_f32_sdpa mode (references/modes; not tiny-gemma2, whose sdpa run has no attention
  * soft-capping); prompt 0's logits at every position and hidden states within 1e-3; greedy_48 token for token;
- * and the same bits run to run, for prefill chunks of 1, 3 and 512 and into the context's own logits buffer.
+ * and the same bits run to run, for prefill chunks of 1, 3 and 512 and into the context's own logits buffer; decode
+ * steps replayed as CUDA graphs give the bits of the same steps launched kernel by kernel.
  * Skipped (with the reason) without a CUDA build or device; test_cuda_select.c checks that error. */
 #include "fixtures.h"
 #include "test.h"
 
 #ifdef GP_CUDA
+#include "model/ctx.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,6 +193,74 @@ TEST(cuda_parity_f32_every_fixture_model) {
     gp_st_close(modes);
     free(mp);
     free(jp);
+}
+
+/* A context on the GPU with decode graphs off, on or chosen by timing ("0", "1", NULL: GENPARITY_CUDA_GRAPH, read
+ * when the context is created). */
+static gp_ctx *graph_ctx(gp_model *m, const char *graphs, int32_t compute) {
+    if (graphs) setenv("GENPARITY_CUDA_GRAPH", graphs, 1);
+    gp_ctx_params p = gp_ctx_default_params();
+    p.device = GP_DEVICE_CUDA;
+    p.n_ctx = 256;
+    p.compute = compute;
+    gp_ctx *c = NULL;
+    gp_status s = gp_ctx_init(m, &p, &c);
+    unsetenv("GENPARITY_CUDA_GRAPH");
+    if (s == GP_ERR_UNSUPPORTED) {
+        printf("    skip: %s\n", gp_errmsg());
+        gp_test_skipped = 1;
+        return NULL;
+    }
+    CHECK_STATUS(s, GP_OK);
+    return c;
+}
+
+/* STEPS greedy decode steps after a 5-token prompt (past the attention splits at 64 and 128 keys and the sliding
+ * windows), fed the same tokens: the logits of every step have the same bits without graphs, with them and with the
+ * timed choice, and at least 3/4 of the steps were replayed as graphs with them on. */
+#define STEPS 150
+static void graph_case(const char *name, int32_t compute) {
+    gp_model *m = fx_load_model(name, 0);
+    if (!m) return;
+    gp_ctx *c[3] = {graph_ctx(m, "0", compute), NULL, NULL};
+    if (c[0]) c[1] = graph_ctx(m, "1", compute), c[2] = graph_ctx(m, NULL, compute);
+    const int32_t V = gp_model_n_vocab(m);
+    float *lg[3] = {malloc((size_t)V * 4), malloc((size_t)V * 4), malloc((size_t)V * 4)};
+    int32_t ids[5] = {1, 2, 3, 4, 5}, first_diff = -1;
+    int ok = c[1] && c[2];
+    for (int g = 0; g < 3 && ok; g++) CHECK_STATUS(gp_ctx_eval(c[g], ids, 5, NULL, lg[g]), GP_OK);
+    for (int t = 0; t < STEPS && ok; t++) {
+        int32_t tok = 0;
+        for (int32_t i = 1; i < V; i++) tok = lg[0][i] > lg[0][tok] ? i : tok;
+        for (int g = 0; g < 3 && ok; g++) {
+            const gp_status s = gp_ctx_eval(c[g], &tok, 1, NULL, lg[g]);
+            CHECK_STATUS(s, GP_OK);
+            ok = s == GP_OK;
+        }
+        if (ok && first_diff < 0 && (memcmp(lg[0], lg[1], (size_t)V * 4) || memcmp(lg[0], lg[2], (size_t)V * 4)))
+            first_diff = t;
+    }
+    if (c[1] && c[2]) {
+        uint64_t on[3], off[3], au[3];
+        gp_backend_cuda_graph_stats(c[1]->ws, on);
+        gp_backend_cuda_graph_stats(c[0]->ws, off);
+        gp_backend_cuda_graph_stats(c[2]->ws, au);
+        NOTE("%s (%s): %d steps: graphs replayed %llu, built %llu, recorded steps launched one by one %llu (timed "
+             "choice: replayed %llu); first step whose bits differ: %d (-1: none)", name, compute ? "bf16" : "f32",
+             STEPS, (unsigned long long)on[0], (unsigned long long)on[1], (unsigned long long)on[2],
+             (unsigned long long)au[0], first_diff);
+        CHECK(first_diff < 0);
+        CHECK(on[0] >= STEPS * 3 / 4);
+        CHECK(off[0] + off[1] + off[2] == 0);
+    }
+    for (int g = 0; g < 3; g++) free(lg[g]), gp_ctx_free(c[g]);
+    gp_model_free(m);
+}
+
+TEST(cuda_decode_graphs_give_the_kernel_by_kernel_bits) {
+    const char *models[] = {"tiny-llama3", "tiny-qwen3", "tiny-gemma3", "tiny-gemma2"};
+    for (int i = 0; i < 4; i++)
+        for (int32_t compute = 0; compute < 2; compute++) graph_case(models[i], compute);
 }
 
 #endif

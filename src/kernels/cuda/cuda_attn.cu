@@ -18,8 +18,8 @@
 
 #include <cuda_runtime.h>
 #include <math.h>
+#include <string.h>
 
-extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
 
 #define SPLIT GP_CU_ATTN_SPLIT
 #define MAX_NE 8 /* output elements per lane: head_dim <= 256 */
@@ -55,17 +55,32 @@ __device__ __forceinline__ float kv_at(const gp_cu_kv_rows &st, int quant, int64
     return __fadd_rn(__fmul_rn((float)v, st.scale[r * st.n_groups + g]), st.minv[r * st.n_groups + g]);
 }
 
-/* The descriptor in shared memory (indexed at run time: a kernel parameter indexed so would go to local memory). */
+/* A decode call's values that change every step, in device memory when the step is recorded as a graph
+ * (gp_cu_var; the kernel's gp_cu_attn and attn_plan then hold zeros there, so its arguments repeat). */
+struct attn_var {
+    int32_t pos0, r0, n_seg, np, lo;
+    gp_cu_kv_seg seg[GP_CU_KV_MAX_SEGS];
+};
+
+/* The descriptor in shared memory (indexed at run time: a kernel parameter indexed so would go to local memory),
+ * with the call's per-step values (from var when given, else from a and pl). */
 struct attn_desc_sm {
     gp_cu_kv_seg seg[GP_CU_KV_MAX_SEGS];
     gp_cu_kv_rows rows[4]; /* keys of the cache, of the chunk; values of the cache, of the chunk */
+    int32_t pos0, r0, n_seg, np, lo;
 };
 
-__device__ __forceinline__ void desc_to_smem(const gp_cu_attn &a, attn_desc_sm *d) {
+__device__ __forceinline__ void desc_to_smem(const gp_cu_attn &a, const attn_plan &pl, const attn_var *var,
+                                             attn_desc_sm *d) {
+    if (var && threadIdx.x < GP_CU_KV_MAX_SEGS) d->seg[threadIdx.x] = var->seg[threadIdx.x];
 #pragma unroll
     for (int i = 0; i < GP_CU_KV_MAX_SEGS; i++)
-        if (threadIdx.x == i) d->seg[i] = a.seg[i];
+        if (!var && threadIdx.x == i) d->seg[i] = a.seg[i];
     if (threadIdx.x == GP_CU_KV_MAX_SEGS) d->rows[0] = a.k[0], d->rows[1] = a.k[1], d->rows[2] = a.v[0], d->rows[3] = a.v[1];
+    if (threadIdx.x == GP_CU_KV_MAX_SEGS + 1) {
+        if (var) d->pos0 = var->pos0, d->r0 = var->r0, d->n_seg = var->n_seg, d->np = var->np, d->lo = var->lo;
+        else d->pos0 = a.pos0, d->r0 = a.r0, d->n_seg = a.n_seg, d->np = pl.np, d->lo = pl.lo;
+    }
 }
 
 /* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held (the row
@@ -86,7 +101,7 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
             at[u] = i * ld + 4 * f;
             const int32_t j = j0 + i;
             int sg = -1;
-            for (int k = 0; idx < total && k < a.n_seg; k++)
+            for (int k = 0; idx < total && k < d->n_seg; k++)
                 if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
             if (idx < total && f == 0) held[i] = sg >= 0;
             in[u] = sg >= 0 && j != skip;
@@ -240,7 +255,7 @@ __device__ __forceinline__ void finish_out(float *out, int hd, float L, const fl
 }
 
 /* Split id of compact index b. */
-__device__ __forceinline__ int32_t split_id(const attn_plan &pl, int32_t b) { return b < pl.np ? b : pl.lo + (b - pl.np); }
+__device__ __forceinline__ int32_t split_id(const attn_desc_sm &d, int32_t b) { return b < d.np ? b : d.lo + (b - d.np); }
 
 /* Folds the ns partials at part [ns][hd + 2] of one (query, head) in order into out (a warp; the partials were
  * written by other blocks of this kernel, so read from L2), FOLD_BATCH splits' loads in flight together. */
@@ -269,25 +284,27 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
 }
 
 /* The new key of kv head kvh (decode with the rope inside) by one warp: rotated in kb [head_dim] (shared memory)
- * as gp_cu_rope_qk does it, then stored with its value at row r0 of the cache's float rows and at the staged rows
- * ks, vs (the split's row of position pos0, which stage_split skipped). */
-__device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, float *kb, float *ks, float *vs, int bf) {
+ * at position p as gp_cu_rope_qk does it, then stored with its value at row r0 of the cache's float rows and at the
+ * staged rows ks, vs (the split's row of position p, which stage_split skipped). */
+__device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, int32_t p, int32_t r0, float *kb, float *ks,
+                               float *vs, int bf) {
     const int lane = threadIdx.x & 31, hd = a.head_dim;
-    const size_t o = (size_t)a.r0 * a.n_kv * hd + (size_t)kvh * hd;
+    const size_t o = (size_t)r0 * a.n_kv * hd + (size_t)kvh * hd;
     for (int e = lane; e < hd; e += 32) kb[e] = a.rk[(size_t)kvh * hd + e];
-    rope_head_warp(kb, hd, a.kn, a.eps, a.plus_one, bf, (float)a.pos0, a.inv_freq);
+    rope_head_warp(kb, hd, a.kn, a.eps, a.plus_one, bf, (float)p, a.inv_freq);
     for (int e = lane; e < hd; e += 32) {
         const float v = a.rv[(size_t)kvh * hd + e];
         a.kf[o + e] = ks[e] = kb[e], a.vf[o + e] = vs[e] = v;
     }
 }
 
-/* Decode: grid (splits of the call, kv heads); warp w < G = query head kvh * G + w.  Each block writes its split's
+/* Decode: grid (splits of the call, kv heads); warp w < G = query head kvh * G + w; the per-step values from var
+ * when it is given (a recorded step), else from a and pl.  Each block writes its split's
  * partial (m, l, acc [hd]) of every head of the group to part[(h, b)] (m = -inf when the split has no key for the
  * query), and the last block of the kv head to finish (a ticket: which block folds varies, the fold's order does
  * not) folds them in order; a single split is folded in registers. */
 template <int STAGE_BATCH, int NE>
-__global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kernel(gp_cu_attn a, attn_plan pl) {
+__global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
     extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] (, the new key [hd]) */
     __shared__ attn_desc_sm d;
     __shared__ uint8_t held[SPLIT];
@@ -295,19 +312,21 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     const int32_t b = blockIdx.x, kvh = blockIdx.y, hd = a.head_dim, ns = gridDim.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bool head = warp < pl.G; /* warps past the group's heads only stage */
-    const int32_t h = kvh * pl.G + warp, p = a.pos0, j0 = split_id(pl, b) * SPLIT;
+    const int32_t h = kvh * pl.G + warp;
     float *ks = smem, *vs = ks + SPLIT * pl.ld, *qs = vs + SPLIT * pl.ld + warp * hd;
     float *part = a.part + ((size_t)h * ns + b) * (hd + 2);
-    desc_to_smem(a, &d);
+    desc_to_smem(a, pl, var, &d); /* (var: written before the step's first kernel, so readable before the wait) */
+    __syncthreads();
+    const int32_t p = d.pos0, j0 = split_id(d, b) * SPLIT;
     if (a.rk) { /* the rope inside: the held rows are earlier steps' (staged before the wait for the kernel that
                  * writes q, k, v); then every block rotates its heads' queries, the last split's block the new key */
-        __syncthreads();
         stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, p);
         pdl_enter();
         for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
         if (head) rope_head_warp(qs, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, a.inv_freq);
         if (b == ns - 1 && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
-            rope_store_key(a, kvh, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld, pl.bf);
+            rope_store_key(a, kvh, p, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
+                           pl.bf);
     } else {
         pdl_enter();
         for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
@@ -356,7 +375,7 @@ __global__ void __launch_bounds__(512) attn_chunk_kernel(gp_cu_attn a, attn_plan
     const int32_t kvh = blockIdx.y, hd = a.head_dim, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int32_t pairs = qt * pl.G, t0 = blockIdx.x * qt;
     float *ks = smem, *vs = ks + SPLIT * pl.ld, *qsm = vs + SPLIT * pl.ld; /* queries [pairs][hd] */
-    desc_to_smem(a, &d);
+    desc_to_smem(a, pl, NULL, &d);
     int32_t t[Q], h[Q], p[Q]; /* this warp's pairs: query, head, position (-1: none) */
     const float *qs[Q];
 #pragma unroll
@@ -444,6 +463,22 @@ extern "C" int gp_cu_attn_prepare(void) {
     return (int)e;
 }
 
+/* A recorded step: the decode call's per-step values of c and pl moved to d's per-step block (zeros left in c, pl);
+ * NULL (c, pl as they are) when d is not recording. */
+static const attn_var *step_var(gp_cu *d, gp_cu_attn *c, attn_plan *pl) {
+    if (!gp_cu_recording(d)) return NULL;
+    attn_var v;
+    memset(&v, 0, sizeof v);
+    v.pos0 = c->pos0, v.r0 = c->r0, v.n_seg = c->n_seg, v.np = pl->np, v.lo = pl->lo;
+    memcpy(v.seg, c->seg, sizeof v.seg);
+    const attn_var *var = (const attn_var *)gp_cu_var(d, &v, sizeof v);
+    if (!var) return NULL;
+    c->pos0 = c->r0 = c->n_seg = 0;
+    memset(c->seg, 0, sizeof c->seg);
+    pl->np = pl->lo = pl->hi = pl->first = 0;
+    return var;
+}
+
 extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
     if (a->n <= 0) return 0;
     if (a->rk && (a->n != 1 || !a->kf || !a->vf || !a->rv || !a->inv_freq || a->head_dim % 2))
@@ -451,7 +486,6 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
     if (a->n_seg > GP_CU_KV_MAX_SEGS || a->n_kv <= 0 || a->n_heads % a->n_kv || a->head_dim % 4 ||
         a->head_dim > 32 * MAX_NE)
         return (int)cudaErrorInvalidValue;
-    cudaStream_t s = gp_cu_stream(d);
     const attn_plan pl = plan_of(a, gp_cu_bf16(d));
     const size_t tiles = (size_t)2 * SPLIT * pl.ld * sizeof(float);
     if (a->n == 1) { /* decode: the splits in parallel, then the fold */
@@ -462,10 +496,13 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
         /* at least 8 warps stage the split (a group's heads compute it) */
         const dim3 grid((unsigned)ns, (unsigned)a->n_kv), blk(32 * (pl.G < 8 ? 8 : pl.G));
         const int hd = a->head_dim;
+        gp_cu_attn c = *a;
+        attn_plan pc = pl;
+        const attn_var *var = step_var(d, &c, &pc);
         if (pl.G <= 8) launch(hd <= 64 ? attn_split_kernel<8, 2> : hd <= 128 ? attn_split_kernel<8, 4> : attn_split_kernel<8, 8>,
-                              grid, blk, sh, s, *a, pl);
+                              grid, blk, sh, d, c, pc, var);
         else launch(hd <= 64 ? attn_split_kernel<1, 2> : hd <= 128 ? attn_split_kernel<1, 4> : attn_split_kernel<1, 8>,
-                    grid, blk, sh, s, *a, pl);
+                    grid, blk, sh, d, c, pc, var);
     } else {
         if (pl.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
         /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
@@ -474,9 +511,9 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
         const size_t sh = tiles + (size_t)pairs * hd * sizeof(float);
         if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
         const dim3 grid((unsigned)((a->n + qt - 1) / qt), (unsigned)a->n_kv), blk(32 * warps);
-        if (hd <= 64) launch(attn_chunk_kernel<4, 2>, grid, blk, sh, s, *a, pl, qt);
-        else if (hd <= 128) launch(attn_chunk_kernel<4, 4>, grid, blk, sh, s, *a, pl, qt);
-        else launch(attn_chunk_kernel<2, 8>, grid, blk, sh, s, *a, pl, qt);
+        if (hd <= 64) launch(attn_chunk_kernel<4, 2>, grid, blk, sh, d, *a, pl, qt);
+        else if (hd <= 128) launch(attn_chunk_kernel<4, 4>, grid, blk, sh, d, *a, pl, qt);
+        else launch(attn_chunk_kernel<2, 8>, grid, blk, sh, d, *a, pl, qt);
     }
     return (int)cudaGetLastError();
 }

@@ -4,9 +4,11 @@
  *     download, copy) and weight binding (each weight uploaded once in its stored format, MLX affine included);
  *   - workspace (one per context): its own stream (ops of different contexts run concurrently), the bf16 mode,
  *     the attention split scratch, LoRA scratch, the token ids on the device, and the first error of its ops;
- *   - ops enqueue kernels and return; finish() waits and reports (GP_ERR_DEVICE naming the failed op).  Decode
- *     steps are launched kernel by kernel: recording each step as a CUDA graph (its arguments change every step)
- *     and replaying it was measured slower (BENCHMARKS.md).
+ *   - ops enqueue kernels and return; finish() waits and reports (GP_ERR_DEVICE naming the failed op).  A decode
+ *     step (an embedding of one token up to finish) is recorded and, when it repeats the last step launch for
+ *     launch, replayed as a CUDA graph (cuda_rt.cu; attention's positions and descriptor go through device memory
+ *     so its arguments repeat), when the workspace's timed steps show graphs faster than launching kernel by kernel
+ *     (GENPARITY_CUDA_GRAPH=1 always, =0 never).
  * In a build without CUDA (no `make cuda`) gp_backend_cuda_init says so. */
 #include "kernels/backend.h"
 #include "util/util.h"
@@ -21,6 +23,10 @@ gp_status gp_backend_cuda_init(int32_t dev, gp_backend **out) {
     *out = NULL;
     return gp_set_error(GP_ERR_UNSUPPORTED, "gp_ctx_init: device cuda: this genparity was built without the CUDA "
                                             "backend (build it with `make cuda`; backends here: %s)", gp_backends());
+}
+
+void gp_backend_cuda_graph_stats(const gp_ws *ws, uint64_t out[3]) {
+    out[0] = out[1] = out[2] = 0;
 }
 
 #else
@@ -58,16 +64,23 @@ static void check(gp_ws *ws, int e, const char *op) {
     }
 }
 
+void gp_backend_cuda_graph_stats(const gp_ws *ws, uint64_t out[3]) {
+    out[0] = out[1] = out[2] = 0;
+    if (ws && ws->be && !strcmp(ws->be->name, "cuda")) gp_cu_graph_stats(((const cu_ws *)ws->impl)->d, out);
+}
+
 /* ---- weights ---- */
 
 static int cu_dtype(gp_dtype d) { return d == GP_DTYPE_F32 ? GP_CU_F32 : d == GP_DTYPE_BF16 ? GP_CU_BF16 : GP_CU_F16; }
 
 /* The kernels' view of a bound weight (data NULL stays absent). */
 static gp_cu_wt cw(const gp_wt *w) {
-    gp_cu_wt o = {w->data, w->format == GP_WFMT_F32 ? GP_CU_F32 : w->format == GP_WFMT_BF16 ? GP_CU_BF16
-                           : w->format == GP_WFMT_F16 ? GP_CU_F16 : GP_CU_QAFFINE, w->rows, w->cols,
-                  w->scales.data, w->biases.data, cu_dtype(w->scales.dtype), cu_dtype(w->biases.dtype),
-                  w->group_size, w->bits};
+    const gp_cu_wt o = {.data = w->data, .rows = w->rows, .cols = w->cols, .scales = w->scales.data,
+                        .biases = w->biases.data,
+                        .dtype = w->format == GP_WFMT_F32 ? GP_CU_F32 : w->format == GP_WFMT_BF16 ? GP_CU_BF16
+                                 : w->format == GP_WFMT_F16 ? GP_CU_F16 : GP_CU_QAFFINE,
+                        .sdt = cu_dtype(w->scales.dtype), .bdt = cu_dtype(w->biases.dtype), .group = w->group_size,
+                        .bits = w->bits};
     return o;
 }
 
@@ -154,6 +167,13 @@ static void cu_ws_free(gp_ws *ws) {
     free(ws);
 }
 
+/* How decode steps run: GENPARITY_CUDA_GRAPH=0 kernel by kernel, =1 as CUDA graphs, else (default) whichever of the
+ * two the workspace measures faster. */
+static int graphs_mode(void) {
+    const char *e = getenv("GENPARITY_CUDA_GRAPH");
+    return e && !strcmp(e, "0") ? GP_CU_GRAPHS_OFF : e && !strcmp(e, "1") ? GP_CU_GRAPHS_ON : GP_CU_GRAPHS_AUTO;
+}
+
 static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) {
     *out = NULL;
     if (p->max_tokens < 0 || p->max_keys < 0 || p->head_dim < 0 || p->max_lora_rank < 0 || p->n_heads < 0)
@@ -194,6 +214,7 @@ static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) 
     if (!e) e = gp_cu_host_alloc((void **)&w->ids_host, idb);
     /* the bf16 mode's GEMM input copy: [max_tokens, max_cols] bf16 */
     if (!e && p->compute == GP_COMPUTE_BF16) e = gp_cu_reserve(w->d, (size_t)p->max_tokens * (size_t)p->max_cols * 2);
+    if (!e) e = gp_cu_graphs(w->d, graphs_mode());
     if (e) {
         cu_ws_free(ws);
         return gp_set_error(GP_ERR_NOMEM, "device cuda: out of device memory for a workspace (%d tokens, %d keys)",
@@ -330,6 +351,7 @@ static void cu_embed(gp_ws *ws, float *y, const int32_t *ids, int32_t n, const g
     }
     memcpy(w->ids_host, ids, (size_t)n * sizeof(int32_t)); /* (the previous chunk's copy is done: finish ran) */
     check(ws, gp_cu_h2d_async(w->d, w->ids, w->ids_host, (size_t)n * sizeof(int32_t)), "embed (ids)");
+    if (n == 1) gp_cu_record(w->d); /* a decode step: recorded up to finish, replayed as a graph when it repeats */
     check(ws, gp_cu_embed(w->d, y, w->ids, n, &T, scale), "embed");
 }
 
@@ -342,7 +364,7 @@ static void cu_softcap(gp_ws *ws, float *x, int64_t n, float cap) {
 }
 
 static gp_cu_kv_rows kvr(const gp_kv_rows *r) {
-    gp_cu_kv_rows o = {r->f, r->q, r->scale, r->minv, r->kvd, r->bits, r->group, r->n_groups, r->row_bytes};
+    gp_cu_kv_rows o = {r->f, r->q, r->scale, r->minv, r->kvd, r->bits, r->group, r->n_groups, r->row_bytes, 0};
     return o;
 }
 
@@ -376,13 +398,14 @@ static void attn_rope(gp_ws *ws, const gp_attn_args *a, gp_cu_attn *c) {
 static void cu_attention(gp_ws *ws, const gp_attn_args *a) {
     cu_ws *w = ws_of(ws);
     const gp_kv_desc *kv = a->kv;
-    gp_cu_attn c = {.window = kv->window, .pinned = kv->pinned, .n_seg = kv->n_seg, .n_heads = a->n_heads,
-                    .n_kv = a->n_kv, .head_dim = a->head_dim, .scale = a->scale, .softcap = a->softcap,
-                    .part = w->part, .count = w->count};
+    gp_cu_attn c;
+    memset(&c, 0, sizeof c); /* padding too: a recorded step compares the kernels' argument bytes */
+    c.window = kv->window, c.pinned = kv->pinned, c.n_seg = kv->n_seg, c.n_heads = a->n_heads, c.n_kv = a->n_kv;
+    c.head_dim = a->head_dim, c.scale = a->scale, c.softcap = a->softcap, c.part = w->part, c.count = w->count;
     if (a->rope) attn_rope(ws, a, &c);
     for (int i = 0; i < 2; i++) c.k[i] = kvr(&kv->k[i]), c.v[i] = kvr(&kv->v[i]);
     for (int32_t s = 0; s < kv->n_seg && s < GP_CU_KV_MAX_SEGS; s++)
-        c.seg[s] = (gp_cu_kv_seg){kv->seg[s].p0, kv->seg[s].p1, kv->seg[s].r0, kv->seg[s].src, kv->seg[s].quant};
+        c.seg[s] = (gp_cu_kv_seg){kv->seg[s].p0, kv->seg[s].p1, kv->seg[s].r0, kv->seg[s].src, kv->seg[s].quant, {0}};
     const size_t row = (size_t)a->n_heads * (size_t)a->head_dim;
     for (int32_t t = 0; t < a->n;) {
         c.pos0 = a->pos0 + t;

@@ -15,6 +15,15 @@
 #include <stdint.h>
 #include <type_traits>
 
+/* The handle's stream, and its recorder (cuda_rt.cu): a decode step's launches recorded and replayed as a CUDA graph. */
+extern "C" {
+cudaStream_t gp_cu_stream(gp_cu *d);
+int gp_cu_recording(gp_cu *d);
+int gp_cu_rec_begin(gp_cu *d, const void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                    unsigned bz, size_t shmem, size_t arg_bytes, unsigned nparams);
+void gp_cu_rec_arg(gp_cu *d, const void *v, size_t size, size_t align);
+}
+
 /* First statements of every kernel: wait for the previous kernel of the stream, then let the next one be scheduled.
  * Both are no-ops for a kernel launched without the programmatic attribute.  Reads of what no kernel writes (the
  * weights) may come before it: the decode projections load their first weights, then call it. */
@@ -23,10 +32,21 @@ __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 }
 
-/* kernel<<<grid, block, shmem, stream>>>(args...) with programmatic stream serialization allowed. */
+/* kernel<<<grid, block, shmem, d's stream>>>(args...) with programmatic stream serialization allowed; while d records
+ * a decode step (gp_cu_record), the launch is appended to the recording instead (its argument values copied, each
+ * at its type's alignment) and runs when the step is flushed. */
+template <typename T>
+static inline void rec_arg(gp_cu *d, const T &v) {
+    gp_cu_rec_arg(d, &v, sizeof(T), alignof(T));
+}
 template <typename... KArgs, typename... Args>
-static inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, cudaStream_t s,
-                          Args... args) {
+static inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, gp_cu *d, Args... args) {
+    constexpr size_t arg_bytes = (0 + ... + (sizeof(KArgs) + alignof(KArgs)));
+    if (gp_cu_recording(d) && !gp_cu_rec_begin(d, (const void *)kernel, grid.x, grid.y, grid.z, block.x, block.y,
+                                               block.z, shmem, arg_bytes, (unsigned)sizeof...(KArgs))) {
+        (rec_arg<KArgs>(d, static_cast<KArgs>(args)), ...);
+        return;
+    }
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
@@ -34,7 +54,7 @@ static inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = shmem;
-    cfg.stream = s;
+    cfg.stream = gp_cu_stream(d);
     cfg.attrs = at;
     cfg.numAttrs = 1;
     cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);

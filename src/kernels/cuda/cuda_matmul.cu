@@ -13,7 +13,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
 
 /* bf16 mode (ROUNDW), float32/float16 weights: transformers loads them as bf16, so each weight is rounded (compiled
  * out for bf16 weights). */
@@ -376,25 +375,25 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
 }
 
 template <int BITS>
-static void launch_q(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+static void launch_q(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                      int mode, float alpha) {
     const unsigned gx = (unsigned)((w->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK);
     const dim3 blk(WARPS_PER_BLOCK * 32);
-    if (n == 1) launch(qmatmul_kernel<BITS, 1>, dim3(gx, 1), blk, 0, s, y, x, *w, b, bdt, n, mode, alpha);
-    else launch(qmatmul_kernel<BITS, TOK_TILE>, dim3(gx, (unsigned)((n + TOK_TILE - 1) / TOK_TILE)), blk, 0, s, y,
+    if (n == 1) launch(qmatmul_kernel<BITS, 1>, dim3(gx, 1), blk, 0, d, y, x, *w, b, bdt, n, mode, alpha);
+    else launch(qmatmul_kernel<BITS, TOK_TILE>, dim3(gx, (unsigned)((n + TOK_TILE - 1) / TOK_TILE)), blk, 0, d, y,
                 x, *w, b, bdt, n, mode, alpha);
 }
 
-static int qmatmul(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+static int qmatmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                    int mode, float alpha) {
     if ((uintptr_t)x & 15 || w->cols % 16 || w->group % 16 || (w->cols * w->bits) % 32) return (int)cudaErrorNotSupported;
     switch (w->bits) {
-    case 2: launch_q<2>(s, y, x, w, b, bdt, n, mode, alpha); break;
-    case 3: launch_q<3>(s, y, x, w, b, bdt, n, mode, alpha); break;
-    case 4: launch_q<4>(s, y, x, w, b, bdt, n, mode, alpha); break;
-    case 5: launch_q<5>(s, y, x, w, b, bdt, n, mode, alpha); break;
-    case 6: launch_q<6>(s, y, x, w, b, bdt, n, mode, alpha); break;
-    case 8: launch_q<8>(s, y, x, w, b, bdt, n, mode, alpha); break;
+    case 2: launch_q<2>(d, y, x, w, b, bdt, n, mode, alpha); break;
+    case 3: launch_q<3>(d, y, x, w, b, bdt, n, mode, alpha); break;
+    case 4: launch_q<4>(d, y, x, w, b, bdt, n, mode, alpha); break;
+    case 5: launch_q<5>(d, y, x, w, b, bdt, n, mode, alpha); break;
+    case 6: launch_q<6>(d, y, x, w, b, bdt, n, mode, alpha); break;
+    case 8: launch_q<8>(d, y, x, w, b, bdt, n, mode, alpha); break;
     default: return (int)cudaErrorNotSupported;
     }
     return (int)cudaGetLastError();
@@ -403,29 +402,29 @@ static int qmatmul(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, 
 /* ---- dense launches ---- */
 
 template <int DT>
-static void launch_rows(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+static void launch_rows(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                         int mode, float alpha) {
     const int64_t per_block = (int64_t)WARPS_PER_BLOCK * PREFILL_ROWS;
     const dim3 grid((unsigned)((w->rows + per_block - 1) / per_block), (unsigned)((n + TOK_TILE - 1) / TOK_TILE));
-    launch(matmul_rows_kernel<DT, TOK_TILE, PREFILL_ROWS>, grid, dim3(WARPS_PER_BLOCK * 32), 0, s, y, x, w->data,
+    launch(matmul_rows_kernel<DT, TOK_TILE, PREFILL_ROWS>, grid, dim3(WARPS_PER_BLOCK * 32), 0, d, y, x, w->data,
            w->rows, w->cols, b, bdt, n, mode, alpha);
 }
 
 template <int DT, int T>
-static void launch_dt(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+static void launch_dt(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                       bool vec, int mode, float alpha) {
     const dim3 grid((unsigned)((w->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), (unsigned)((n + T - 1) / T));
     const dim3 blk(WARPS_PER_BLOCK * 32);
-    if (vec) launch(matmul_kernel<DT, T, true>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
-    else launch(matmul_kernel<DT, T, false>, grid, blk, 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
+    if (vec) launch(matmul_kernel<DT, T, true>, grid, blk, 0, d, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
+    else launch(matmul_kernel<DT, T, false>, grid, blk, 0, d, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
 }
 
 template <int DT>
-static void launch_dense(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt,
+static void launch_dense(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt,
                          int32_t n, bool vec, int mode, float alpha) {
-    if (n == 1) launch_dt<DT, 1>(s, y, x, w, b, bdt, n, vec, mode, alpha);
-    else if (vec) launch_rows<DT>(s, y, x, w, b, bdt, n, mode, alpha); /* prefill: PREFILL_ROWS rows per warp */
-    else launch_dt<DT, TOK_TILE>(s, y, x, w, b, bdt, n, vec, mode, alpha);
+    if (n == 1) launch_dt<DT, 1>(d, y, x, w, b, bdt, n, vec, mode, alpha);
+    else if (vec) launch_rows<DT>(d, y, x, w, b, bdt, n, mode, alpha); /* prefill: PREFILL_ROWS rows per warp */
+    else launch_dt<DT, TOK_TILE>(d, y, x, w, b, bdt, n, vec, mode, alpha);
 }
 
 /* The 16-byte path applies: whole vectors per row, rows and x 16-byte aligned. */
@@ -440,11 +439,10 @@ extern "C" int gp_cu_matmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *
     if (n <= 0 || w->rows <= 0) return 0;
     const void *b = bias && bias->data ? bias->data : NULL;
     const int bdt = b ? bias->dtype : 0;
-    cudaStream_t s = gp_cu_stream(d);
-    if (w->dtype == GP_CU_QAFFINE) return qmatmul(s, y, x, w, b, bdt, n, mode, alpha);
+    if (w->dtype == GP_CU_QAFFINE) return qmatmul(d, y, x, w, b, bdt, n, mode, alpha);
     if ((mode & GP_CU_MMA) && gp_cu_mma_ok(w, x)) return gp_cu_matmul_mma(d, y, x, w, b, bdt, n, mode, alpha);
     const bool vec = vec_ok(w, x);
-    by_dtype(w->dtype, [&](auto dt) { launch_dense<dt>(s, y, x, w, b, bdt, n, vec, mode, alpha); });
+    by_dtype(w->dtype, [&](auto dt) { launch_dense<dt>(d, y, x, w, b, bdt, n, vec, mode, alpha); });
     return (int)cudaGetLastError();
 }
 
@@ -456,8 +454,9 @@ struct multi_args {
     float *Y[MULTI_MAX];
     int64_t rows[MULTI_MAX];
     int bdt[MULTI_MAX];
-    int m;
+    int m, pad; /* (no padding bytes: see GP_CU_NO_PADDING) */
 };
+GP_CU_NO_PADDING(multi_args, MULTI_MAX * 4 * 8 + MULTI_MAX * 4 + 2 * 4);
 
 /* Warp = row of the concatenated outputs: part i's row r gets matmul_kernel<DT, 1, true>'s value (of the input
  * normalized first under NORM; dynamic shared memory [cols] floats). */
@@ -527,12 +526,11 @@ extern "C" int gp_cu_matmul_multi(gp_cu *d, int32_t m, float *const *ys, const f
         total += ws[i].rows;
     }
     a.m = m;
-    cudaStream_t s = gp_cu_stream(d);
     const dim3 grid((unsigned)((total + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), blk(WARPS_PER_BLOCK * 32);
     const int64_t cols = ws[0].cols;
     by_dtype(ws[0].dtype, [&](auto dt) {
-        if (nm) launch(matmul_multi_kernel<dt, true>, grid, blk, (size_t)cols * 4, s, a, x, na, cols, mode);
-        else launch(matmul_multi_kernel<dt, false>, grid, blk, 0, s, a, x, na, cols, mode);
+        if (nm) launch(matmul_multi_kernel<dt, true>, grid, blk, (size_t)cols * 4, d, a, x, na, cols, mode);
+        else launch(matmul_multi_kernel<dt, false>, grid, blk, 0, d, a, x, na, cols, mode);
     });
     return (int)cudaGetLastError();
 }
@@ -566,13 +564,12 @@ extern "C" int gp_cu_matmul_glu(gp_cu *d, float *y, const float *x, const gp_cu_
         (biased && bg->dtype != bu->dtype) || (mode & (GP_CU_ACC | GP_CU_MMA)) || !norm_of(nm, g->cols, &na))
         return (int)cudaErrorNotSupported;
     if (g->rows <= 0) return 0;
-    cudaStream_t s = gp_cu_stream(d);
     const dim3 grid((unsigned)((g->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK)), blk(WARPS_PER_BLOCK * 32);
     const int bdt = biased ? bg->dtype : 0;
     by_dtype(g->dtype, [&](auto dt) {
-        if (nm) launch(matmul_glu_kernel<dt, true>, grid, blk, (size_t)g->cols * 4, s, y, x, na, g->data, u->data,
+        if (nm) launch(matmul_glu_kernel<dt, true>, grid, blk, (size_t)g->cols * 4, d, y, x, na, g->data, u->data,
                        g->rows, g->cols, bg->data, bu->data, bdt, act, mode);
-        else launch(matmul_glu_kernel<dt, false>, grid, blk, 0, s, y, x, na, g->data, u->data, g->rows, g->cols,
+        else launch(matmul_glu_kernel<dt, false>, grid, blk, 0, d, y, x, na, g->data, u->data, g->rows, g->cols,
                     bg->data, bu->data, bdt, act, mode);
     });
     return (int)cudaGetLastError();

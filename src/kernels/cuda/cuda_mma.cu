@@ -21,7 +21,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
 
 /* Two floats as one bf16x2 register (lo in the low half: the smaller column). */
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -479,12 +478,11 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
     int64_t rows = 0;
     for (int i = 0; i < p.m; i++) rows += p.rows[i];
     if (!xb || (size_t)n * (size_t)cols * 2 > cap || rows > 65535 * 128ll) return 0;
-    cudaStream_t s = gp_cu_stream(d);
     const int64_t n8 = (int64_t)n * cols / 8;
-    launch(to_bf16_kernel, dim3((unsigned)((n8 + 255) / 256 < 1024 ? (n8 + 255) / 256 : 1024)), dim3(256), 0, s,
+    launch(to_bf16_kernel, dim3((unsigned)((n8 + 255) / 256 < 1024 ? (n8 + 255) / 256 : 1024)), dim3(256), 0, d,
            (uint4 *)xb, (const float4 *)x, n8);
     const dim3 grid((unsigned)((n + GEMM_BM - 1) / GEMM_BM), (unsigned)((rows + 127) / 128));
-    launch(mma_gemm_kernel<GEMM_BM>, grid, dim3(256), GEMM_SMEM(GEMM_BM), s, p, xb, rows, cols, n, mode, alpha);
+    launch(mma_gemm_kernel<GEMM_BM>, grid, dim3(256), GEMM_SMEM(GEMM_BM), d, p, xb, rows, cols, n, mode, alpha);
     return 1;
 }
 
@@ -501,15 +499,15 @@ static mma_parts one_part(float *y, const gp_cu_wt *w, const void *b, int bdt) {
 }
 
 template <int DT>
-static void launch_mma(cudaStream_t s, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+static void launch_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                        int mode, float alpha) {
     if (n <= 16) {
         const mma_parts p = one_part(y, w, b, bdt);
-        launch(mma_decode_kernel<DT>, dim3((unsigned)((w->rows + 7) / 8)), dim3(32 * CHAINS), 0, s, p, x, w->cols, n, mode,
+        launch(mma_decode_kernel<DT>, dim3((unsigned)((w->rows + 7) / 8)), dim3(32 * CHAINS), 0, d, p, x, w->cols, n, mode,
                alpha);
     } else {
         const dim3 grid((unsigned)((w->rows + 127) / 128), (unsigned)((n + 63) / 64));
-        launch(mma_prefill_kernel<DT>, grid, dim3(256), 0, s, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
+        launch(mma_prefill_kernel<DT>, grid, dim3(256), 0, d, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
     }
 }
 
@@ -524,8 +522,7 @@ extern "C" int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_
     if (n > 16 && w->dtype == GP_CU_BF16) {
         if (launch_gemm(d, one_part(y, w, b, bdt), x, w->cols, n, mode, alpha)) return (int)cudaGetLastError();
     }
-    cudaStream_t s = gp_cu_stream(d);
-    by_dtype(w->dtype, [&](auto dt) { launch_mma<dt>(s, y, x, w, b, bdt, n, mode, alpha); });
+    by_dtype(w->dtype, [&](auto dt) { launch_mma<dt>(d, y, x, w, b, bdt, n, mode, alpha); });
     return (int)cudaGetLastError();
 }
 
@@ -545,9 +542,8 @@ extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, con
         groups += (ws[i].rows + 7) / 8;
     }
     p.m = m;
-    cudaStream_t s = gp_cu_stream(d);
     const dim3 grid((unsigned)groups), blk(32 * CHAINS);
-    by_dtype(ws[0].dtype, [&](auto dt) { launch(mma_decode_kernel<dt>, grid, blk, 0, s, p, x, ws[0].cols, 1, mode, 1.0f); });
+    by_dtype(ws[0].dtype, [&](auto dt) { launch(mma_decode_kernel<dt>, grid, blk, 0, d, p, x, ws[0].cols, 1, mode, 1.0f); });
     return (int)cudaGetLastError();
 }
 
@@ -579,14 +575,13 @@ extern "C" int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp
         (nm && !gp_cu_norm_fits(nm, g->cols, 64 * CHAINS)))
         return (int)cudaErrorNotSupported;
     if (g->rows <= 0) return 0;
-    cudaStream_t s = gp_cu_stream(d);
     const dim3 grid((unsigned)((g->rows + 7) / 8)), blk(64 * CHAINS);
     const int bdt = biased ? bg->dtype : 0;
     const norm_args na = nm ? norm_args{nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, gp_cu_bf16(d)} : norm_args{};
     by_dtype(g->dtype, [&](auto dt) {
-        if (nm) launch(mma_decode_glu_kernel<dt, true>, grid, blk, (size_t)g->cols * 4, s, y, x, na, g->data, u->data,
+        if (nm) launch(mma_decode_glu_kernel<dt, true>, grid, blk, (size_t)g->cols * 4, d, y, x, na, g->data, u->data,
                        g->rows, g->cols, bg->data, bu->data, bdt, act, mode);
-        else launch(mma_decode_glu_kernel<dt, false>, grid, blk, 0, s, y, x, na, g->data, u->data, g->rows, g->cols,
+        else launch(mma_decode_glu_kernel<dt, false>, grid, blk, 0, d, y, x, na, g->data, u->data, g->rows, g->cols,
                     bg->data, bu->data, bdt, act, mode);
     });
     return (int)cudaGetLastError();

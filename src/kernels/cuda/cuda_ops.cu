@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
-extern "C" cudaStream_t gp_cu_stream(gp_cu *d);
 
 static inline int grid_for(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
@@ -29,7 +28,7 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, 
 extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, int32_t n, int32_t dim, float eps,
                              int plus_one) {
     if (n <= 0) return 0;
-    launch(rmsnorm_kernel, n, rms_threads(dim), 0, gp_cu_stream(d), y, x, w->data, w->dtype, dim, eps, plus_one,
+    launch(rmsnorm_kernel, n, rms_threads(dim), 0, d, y, x, w->data, w->dtype, dim, eps, plus_one,
            gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
@@ -70,7 +69,7 @@ extern "C" int gp_cu_rope_qk(gp_cu *d, float *q, float *k, int32_t n, int32_t nh
     const gp_cu_wt gq = qn && qn->data ? *qn : none, gk = kn && kn->data ? *kn : none;
     /* with a norm: RMSNorm's own thread count, which rms_inv's summation order assumes */
     const int threads = gq.data || gk.data ? rms_threads(hd) : hd / 2 >= 64 ? 64 : 32;
-    launch(rope_qk_kernel, n * (nh + nkv), threads, 0, gp_cu_stream(d), q, k, nh, nkv, hd, pos0, inv_freq, gq, gk,
+    launch(rope_qk_kernel, n * (nh + nkv), threads, 0, d, q, k, nh, nkv, hd, pos0, inv_freq, gq, gk,
            eps, plus_one, gp_cu_bf16(d), kf, vf, v, r0);
     return (int)cudaGetLastError();
 }
@@ -92,7 +91,7 @@ __global__ void embed_kernel(float *y, const int32_t *ids, gp_cu_wt table, float
 
 extern "C" int gp_cu_embed(gp_cu *d, float *y, const int32_t *ids, int32_t n, const gp_cu_wt *table, float scale) {
     if (n <= 0) return 0;
-    launch(embed_kernel, n, 256, 0, gp_cu_stream(d), y, ids, *table, scale, gp_cu_bf16(d));
+    launch(embed_kernel, n, 256, 0, d, y, ids, *table, scale, gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
@@ -105,7 +104,7 @@ __global__ void glu_kernel(float *g, const float *u, int64_t n, int act, int bf)
 
 extern "C" int gp_cu_glu(gp_cu *d, float *gate, const float *up, int64_t n, int32_t act) {
     if (n <= 0) return 0;
-    launch(glu_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), gate, up, n, act, gp_cu_bf16(d));
+    launch(glu_kernel, grid_for(n, 256), 256, 0, d, gate, up, n, act, gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
@@ -117,7 +116,7 @@ __global__ void add_kernel(float *y, const float *x, int64_t n, int bf) {
 
 extern "C" int gp_cu_add(gp_cu *d, float *y, const float *x, int64_t n) {
     if (n <= 0) return 0;
-    launch(add_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), y, x, n, gp_cu_bf16(d));
+    launch(add_kernel, grid_for(n, 256), 256, 0, d, y, x, n, gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
@@ -130,7 +129,7 @@ __global__ void add_rows_kernel(float *y, const float *v, float alpha, int32_t d
 extern "C" int gp_cu_add_rows(gp_cu *d, float *y, const float *v, float alpha, int32_t n, int32_t dim) {
     const int64_t total = (int64_t)n * dim;
     if (total <= 0) return 0;
-    launch(add_rows_kernel, grid_for(total, 256), 256, 0, gp_cu_stream(d), y, v, alpha, dim, total);
+    launch(add_rows_kernel, grid_for(total, 256), 256, 0, d, y, v, alpha, dim, total);
     return (int)cudaGetLastError();
 }
 
@@ -142,7 +141,7 @@ __global__ void softcap_kernel(float *x, int64_t n, float cap, int bf) {
 
 extern "C" int gp_cu_softcap(gp_cu *d, float *x, int64_t n, float cap) {
     if (n <= 0) return 0;
-    launch(softcap_kernel, grid_for(n, 256), 256, 0, gp_cu_stream(d), x, n, cap, gp_cu_bf16(d));
+    launch(softcap_kernel, grid_for(n, 256), 256, 0, d, x, n, cap, gp_cu_bf16(d));
     return (int)cudaGetLastError();
 }
 
@@ -210,13 +209,12 @@ __global__ void kv_copy_q_kernel(copy_ranges c) {
 extern "C" int gp_cu_kv_store(gp_cu *d, const gp_cu_kv_rows *dk, const gp_cu_kv_rows *dv, int32_t r0, const float *k,
                               const float *v, int32_t n, int quant) {
     if (n <= 0) return 0;
-    cudaStream_t s = gp_cu_stream(d);
     if (quant) {
         const int32_t ng = dk->n_groups > dv->n_groups ? dk->n_groups : dv->n_groups;
-        launch(kv_quant_kernel, dim3((unsigned)(n * ng), 2), 32, 0, s, *dk, *dv, r0, k, v);
+        launch(kv_quant_kernel, dim3((unsigned)(n * ng), 2), 32, 0, d, *dk, *dv, r0, k, v);
     } else {
         const int64_t total = (int64_t)n * dk->kvd;
-        launch(kv_copy_f_kernel, dim3((unsigned)grid_for(total, 256), 2), 256, 0, s, dk->f + (size_t)r0 * dk->kvd,
+        launch(kv_copy_f_kernel, dim3((unsigned)grid_for(total, 256), 2), 256, 0, d, dk->f + (size_t)r0 * dk->kvd,
                dv->f + (size_t)r0 * dv->kvd, k, v, total);
     }
     return (int)cudaGetLastError();
@@ -225,10 +223,9 @@ extern "C" int gp_cu_kv_store(gp_cu *d, const gp_cu_kv_rows *dk, const gp_cu_kv_
 extern "C" int gp_cu_kv_copy(gp_cu *d, const gp_cu_kv_rows *dk, const gp_cu_kv_rows *dv, int32_t d0,
                              const gp_cu_kv_rows *sk, const gp_cu_kv_rows *sv, int32_t s0, int32_t n, int quant) {
     if (n <= 0) return 0;
-    cudaStream_t s = gp_cu_stream(d);
     if (!quant) {
         const int64_t total = (int64_t)n * dk->kvd;
-        launch(kv_copy_f_kernel, dim3((unsigned)grid_for(total, 256), 2), 256, 0, s, dk->f + (size_t)d0 * dk->kvd,
+        launch(kv_copy_f_kernel, dim3((unsigned)grid_for(total, 256), 2), 256, 0, d, dk->f + (size_t)d0 * dk->kvd,
                dv->f + (size_t)d0 * dv->kvd, sk->f + (size_t)s0 * sk->kvd, sv->f + (size_t)s0 * sv->kvd, total);
         return (int)cudaGetLastError();
     }
@@ -244,6 +241,6 @@ extern "C" int gp_cu_kv_copy(gp_cu *d, const gp_cu_kv_rows *dk, const gp_cu_kv_r
         most = n * rb > most ? n * rb : most;
         most = n * gb > most ? n * gb : most;
     }
-    launch(kv_copy_q_kernel, dim3((unsigned)grid_for(most, 256), 6), 256, 0, s, c);
+    launch(kv_copy_q_kernel, dim3((unsigned)grid_for(most, 256), 6), 256, 0, d, c);
     return (int)cudaGetLastError();
 }

@@ -32,16 +32,24 @@ enum { GP_CU_ACC = 1, GP_CU_ROUND = 2, GP_CU_ROUNDW = 4, GP_CU_MMA = 8 };
 
 typedef struct gp_cu gp_cu; /* one stream on one device, and the bf16 mode of the ops enqueued through it */
 
+/* The structs that kernels take by value have no padding bytes (explicit `pad` fields, checked below): a recorded
+ * decode step is compared with the last one byte for byte, kernel arguments included (gp_cu_record). */
+#ifdef __cplusplus
+#define GP_CU_NO_PADDING(T, bytes) static_assert(sizeof(T) == (bytes), #T " has padding bytes")
+#else
+#define GP_CU_NO_PADDING(T, bytes) _Static_assert(sizeof(T) == (bytes), #T " has padding bytes")
+#endif
+
 /* A weight matrix (or vector: rows = 1) in device memory, row-major.  Dense: dtype GP_CU_F32/BF16/F16.  GP_CU_QAFFINE
  * (MLX affine): row r is a little-endian bit stream of cols values of `bits` bits, w = scale * q + bias with scale,
  * bias [rows, cols / group] of dtypes sdt, bdt (biases NULL = 0). */
 typedef struct gp_cu_wt {
     const void *data; /* NULL = absent */
-    int32_t dtype;
     int64_t rows, cols;
     const void *scales, *biases;
-    int32_t sdt, bdt, group, bits;
+    int32_t dtype, sdt, bdt, group, bits, pad;
 } gp_cu_wt;
+GP_CU_NO_PADDING(gp_cu_wt, 5 * 8 + 6 * 4);
 
 /* Returns the number of usable devices (>= 1), or 0 with a reason in msg (no driver, no device, ...). */
 int gp_cu_device_count(char *msg, size_t cap);
@@ -75,8 +83,21 @@ int gp_cu_bf16(gp_cu *d);
 int gp_cu_reserve(gp_cu *d, size_t bytes);
 void *gp_cu_scratch(gp_cu *d, size_t *cap);
 
-/* Waits for the stream; returns the first error of the work enqueued. */
+/* Waits for the stream (after running a recorded step); returns the first error of the work enqueued. */
 int gp_cu_sync(gp_cu *d);
+/* Decode steps as CUDA graphs (cuda_rt.cu): gp_cu_graphs(d, mode) sets how d runs them (0 or a CUDA error: its
+ * buffers): OFF kernel by kernel, ON recorded and replayed, AUTO whichever of the two its timed steps ran faster
+ * (re-timed every 1024 steps).  gp_cu_record(d) begins a step: the launches enqueued through d from now until
+ * gp_cu_sync are recorded, and the sync replays the step as a graph when it repeats the last step's launches and
+ * argument bytes, else launches it kernel by kernel (a copy on d's stream meanwhile runs what was recorded first).  While recording, gp_cu_var copies bytes that change every
+ * step (positions, the cache descriptor) to d's per-step block and returns their device address, which a kernel
+ * takes instead of the values (the block is uploaded before the step runs); NULL when not recording or full.
+ * gp_cu_graph_stats: steps replayed, graphs built, steps launched kernel by kernel. */
+enum { GP_CU_GRAPHS_OFF = 0, GP_CU_GRAPHS_ON = 1, GP_CU_GRAPHS_AUTO = 2 };
+int gp_cu_graphs(gp_cu *d, int mode);
+void gp_cu_record(gp_cu *d);
+void *gp_cu_var(gp_cu *d, const void *src, size_t bytes);
+void gp_cu_graph_stats(gp_cu *d, uint64_t out[3]);
 
 /* Pinned host memory (copies from it run asynchronously). */
 int gp_cu_host_alloc(void **p, size_t bytes);
@@ -155,8 +176,9 @@ typedef struct gp_cu_kv_rows {
     float *f;
     uint8_t *q;
     float *scale, *minv;
-    int32_t kvd, bits, group, n_groups, row_bytes;
+    int32_t kvd, bits, group, n_groups, row_bytes, pad;
 } gp_cu_kv_rows;
+GP_CU_NO_PADDING(gp_cu_kv_rows, 4 * 8 + 6 * 4);
 
 /* rows [r0, r0+n) of dk and dv = k, v [n, kvd], quantized (per group: scale = (max - min) / (2^bits - 1), q =
  * round((x - min) / scale)) when quant, else copied. */
@@ -170,8 +192,9 @@ int gp_cu_kv_copy(gp_cu *d, const gp_cu_kv_rows *dk, const gp_cu_kv_rows *dv, in
  * quantized rows when quant (gp_kv_seg). */
 typedef struct gp_cu_kv_seg {
     int32_t p0, p1, r0;
-    uint8_t src, quant;
+    uint8_t src, quant, pad[2];
 } gp_cu_kv_seg;
+GP_CU_NO_PADDING(gp_cu_kv_seg, 16);
 
 #define GP_CU_KV_MAX_SEGS 8
 
@@ -194,8 +217,10 @@ typedef struct gp_cu_attn {
     const float *rv, *inv_freq;
     gp_cu_wt qn, kn;
     float eps;
-    int32_t plus_one, r0;
+    int32_t plus_one, r0, pad;
 } gp_cu_attn;
+GP_CU_NO_PADDING(gp_cu_attn, 2 * 8 + 4 * sizeof(gp_cu_kv_rows) + GP_CU_KV_MAX_SEGS * 16 + 8 * 4 + 2 * 4 + 7 * 8 +
+                                 2 * sizeof(gp_cu_wt) + 4 * 4);
 #define GP_CU_ATTN_MAX_KV 1024
 /* Floats of gp_cu_attn.part one call needs. */
 size_t gp_cu_attn_part_floats(const gp_cu_attn *a);

@@ -5,6 +5,27 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A recorded launch: the kernel, its shape, and its parameters' values at bytes [off, off + len) of the recording's
+ * argument arena, parameter i at off + po[i]. */
+#define REC_MAX_PARAMS 16
+typedef struct cu_rec {
+    const void *func;
+    unsigned g[3], b[3];
+    size_t smem;
+    uint32_t off, len, np;
+    uint16_t po[REC_MAX_PARAMS];
+} cu_rec;
+
+/* A recording: launches and their argument bytes (grown as needed). */
+typedef struct cu_recording {
+    cu_rec *r;
+    int n, cap;
+    unsigned char *arena;
+    size_t used, arena_cap;
+} cu_recording;
 
 struct gp_cu {
     int dev;
@@ -12,9 +33,233 @@ struct gp_cu {
     int bf16; /* gp_cu_set_bf16 */
     void *scratch; /* gp_cu_reserve: the tensor-core GEMM's bf16 copy of its input */
     size_t scratch_cap;
+    /* decode steps as CUDA graphs (gp_cu_record): the step being recorded, the last one flushed and its graph */
+    int graphs;            /* GP_CU_GRAPHS_* (OFF as well once a graph failed to build) */
+    int step, rec, ran;    /* a decode step is running; it records; how it ran (STEP_*) */
+    int misses, pause;     /* consecutive steps unlike the last; steps left unrecorded after repeated misses */
+    int phase, n_phase;    /* GRAPHS_AUTO: PHASE_*, and its steps so far */
+    double t0, t_sum[2];   /* GRAPHS_AUTO: when the step began (us); the timed launched and replayed steps' time */
+    int n_t[2];            /* GRAPHS_AUTO: how many of each were timed */
+    cu_recording cur, last;
+    cudaGraphExec_t exec;  /* built from `last` when a step repeated it, else NULL */
+    unsigned char *var_h, *var_d; /* gp_cu_var: a step's per-call values, pinned and device copies */
+    size_t var_used, var_cap;
+    uint64_t stats[3];     /* steps replayed, graphs built, steps launched one by one */
 };
 
 extern "C" cudaStream_t gp_cu_stream(gp_cu *d) { return d->s; }
+
+/* ---- decode steps as CUDA graphs ----
+ * While a step records (gp_cu_record .. gp_cu_sync), launch() appends each kernel launch with its argument values
+ * instead of launching it.  The sync flushes the step: when it equals the last flushed step launch for launch and
+ * byte for byte (every per-step value, such as positions, went through gp_cu_var into device memory, so the
+ * arguments repeat), the step runs as one CUDA graph built from it (captured once, replayed as is); otherwise its
+ * launches run one by one and it becomes the step the next is compared with.  MISSES steps in a row unlike the
+ * last pause recording for PAUSE_STEPS steps (a caller whose arguments change every step pays little: recording
+ * delays a step's first kernel by the time the host takes to record it). */
+#define MISSES 4
+#define PAUSE_STEPS 32
+enum { STEP_LAUNCHED, STEP_REPLAYED, STEP_RECORDED }; /* not recorded; replayed as a graph; recorded, not replayed */
+/* GP_CU_GRAPHS_AUTO times PROBE_STEPS steps launched kernel by kernel, then PROBE_STEPS replayed ones, and keeps the
+ * faster way for PROBE_EVERY steps (the bits are the same either way) */
+enum { PHASE_TIME_LAUNCHES, PHASE_TIME_GRAPHS, PHASE_GRAPHS, PHASE_LAUNCHES };
+#define PROBE_STEPS 16
+#define PROBE_EVERY 1024
+#define VAR_BYTES (64u << 10)
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* Room for one more launch of at most `bytes` argument bytes; 0 or -1 when out of memory. */
+static int rec_room(cu_recording *c, size_t bytes) {
+    if (c->n == c->cap) {
+        const int cap = c->cap ? 2 * c->cap : 256;
+        cu_rec *r = (cu_rec *)realloc(c->r, (size_t)cap * sizeof *r);
+        if (!r) return -1;
+        c->r = r, c->cap = cap;
+    }
+    if (align_up(c->used, 16) + bytes > c->arena_cap) {
+        const size_t cap = 2 * (c->arena_cap + bytes) + 4096;
+        unsigned char *a = (unsigned char *)realloc(c->arena, cap);
+        if (!a) return -1;
+        c->arena = a, c->arena_cap = cap;
+    }
+    return 0;
+}
+
+static void rec_free(cu_recording *c) {
+    free(c->r);
+    free(c->arena);
+    memset(c, 0, sizeof *c);
+}
+
+/* Launches recorded launch i of c on d's stream (captured when the stream captures). */
+static cudaError_t rec_launch(gp_cu *d, const cu_recording *c, int i) {
+    const cu_rec *r = &c->r[i];
+    void *args[REC_MAX_PARAMS];
+    for (uint32_t k = 0; k < r->np; k++) args[k] = c->arena + r->off + r->po[k];
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(r->g[0], r->g[1], r->g[2]);
+    cfg.blockDim = dim3(r->b[0], r->b[1], r->b[2]);
+    cfg.dynamicSmemBytes = r->smem;
+    cfg.stream = d->s;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelExC(&cfg, r->func, args);
+}
+
+static cudaError_t rec_launch_all(gp_cu *d, const cu_recording *c) {
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < c->n && e == cudaSuccess; i++) e = rec_launch(d, c, i);
+    return e;
+}
+
+/* d->exec = the graph of the step `last` (captured from its launches); on failure graphs stay off for d. */
+static void rec_build(gp_cu *d) {
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamBeginCapture(d->s, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        e = rec_launch_all(d, &d->last);
+        const cudaError_t e2 = cudaStreamEndCapture(d->s, &g);
+        if (e == cudaSuccess) e = e2;
+    }
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&d->exec, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        d->exec = NULL, d->graphs = GP_CU_GRAPHS_OFF;
+        cudaGetLastError(); /* the step runs launch by launch instead */
+    }
+}
+
+static int same_step(const cu_recording *a, const cu_recording *b) {
+    return a->n == b->n && a->used == b->used && !memcmp(a->r, b->r, (size_t)a->n * sizeof *a->r) &&
+           !memcmp(a->arena, b->arena, a->used);
+}
+
+/* Ends the recording and runs the step: its per-call values uploaded, then its graph or its launches. */
+static cudaError_t rec_flush(gp_cu *d) {
+    if (!d->rec) return cudaSuccess;
+    d->rec = 0;
+    cudaError_t e = cudaSuccess;
+    if (d->var_used) e = cudaMemcpyAsync(d->var_d, d->var_h, d->var_used, cudaMemcpyHostToDevice, d->s);
+    d->var_used = 0;
+    if (e == cudaSuccess && d->cur.n && same_step(&d->cur, &d->last)) {
+        d->misses = 0;
+        if (!d->exec) rec_build(d), d->stats[1] += d->exec != NULL;
+        if (d->exec) e = cudaGraphLaunch(d->exec, d->s), d->stats[0]++, d->ran = STEP_REPLAYED;
+        else e = rec_launch_all(d, &d->cur), d->stats[2]++;
+    } else if (e == cudaSuccess && d->cur.n) {
+        if (d->exec) cudaGraphExecDestroy(d->exec), d->exec = NULL;
+        e = rec_launch_all(d, &d->cur), d->stats[2]++;
+        if (d->last.n && ++d->misses >= MISSES) d->pause = PAUSE_STEPS, d->misses = 0;
+        const cu_recording t = d->last;
+        d->last = d->cur, d->cur = t;
+    }
+    d->cur.n = 0, d->cur.used = 0;
+    return e;
+}
+
+extern "C" int gp_cu_graphs(gp_cu *d, int mode) {
+    d->graphs = GP_CU_GRAPHS_OFF;
+    if (mode == GP_CU_GRAPHS_OFF) return 0;
+    cudaError_t e = cudaSuccess;
+    if (!d->var_h) e = cudaMallocHost((void **)&d->var_h, VAR_BYTES);
+    if (e == cudaSuccess && !d->var_d) e = cudaMalloc((void **)&d->var_d, VAR_BYTES);
+    if (e == cudaSuccess) d->graphs = mode, d->var_cap = VAR_BYTES;
+    d->phase = PHASE_TIME_LAUNCHES, d->n_phase = 0, d->t_sum[0] = d->t_sum[1] = 0, d->n_t[0] = d->n_t[1] = 0;
+    return (int)e;
+}
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+extern "C" void gp_cu_record(gp_cu *d) {
+    if (!d->graphs || d->step) return;
+    d->step = 1, d->ran = STEP_LAUNCHED, d->t0 = now_us();
+    if (d->pause > 0) {
+        d->pause--;
+        return;
+    }
+    if (d->graphs == GP_CU_GRAPHS_AUTO && (d->phase == PHASE_TIME_LAUNCHES || d->phase == PHASE_LAUNCHES)) return;
+    d->rec = 1, d->ran = STEP_RECORDED;
+}
+
+/* GRAPHS_AUTO after a step of dt us: the two timing phases (the steps that ran the timed way; a phase ends after
+ * PROBE_STEPS of them or 4 PROBE_STEPS steps), the choice of the faster mean, and the next timing. */
+static void auto_step(gp_cu *d, double dt) {
+    if (d->phase >= PHASE_GRAPHS) {
+        if (++d->n_phase == PROBE_EVERY) {
+            d->phase = PHASE_TIME_LAUNCHES, d->n_phase = 0;
+            d->t_sum[0] = d->t_sum[1] = 0, d->n_t[0] = d->n_t[1] = 0;
+        }
+        return;
+    }
+    const int k = d->phase; /* PHASE_TIME_LAUNCHES = 0 times launched steps, PHASE_TIME_GRAPHS = 1 replayed ones */
+    if (d->ran == (k ? STEP_REPLAYED : STEP_LAUNCHED)) d->t_sum[k] += dt, d->n_t[k]++;
+    if (++d->n_phase < 4 * PROBE_STEPS && d->n_t[k] < PROBE_STEPS) return;
+    d->n_phase = 0;
+    if (k == PHASE_TIME_LAUNCHES) d->phase = PHASE_TIME_GRAPHS;
+    else d->phase = d->n_t[1] && d->n_t[0] && d->t_sum[1] / d->n_t[1] < d->t_sum[0] / d->n_t[0] ? PHASE_GRAPHS
+                                                                                            : PHASE_LAUNCHES;
+}
+
+extern "C" int gp_cu_recording(gp_cu *d) { return d->rec; }
+
+extern "C" void *gp_cu_var(gp_cu *d, const void *src, size_t bytes) {
+    const size_t off = align_up(d->var_used, 16);
+    if (!d->rec || off + bytes > d->var_cap) return NULL;
+    memcpy(d->var_h + off, src, bytes);
+    d->var_used = off + bytes;
+    return d->var_d + off;
+}
+
+/* Stops recording: what was recorded runs now, launch by launch (it is not compared with the last step). */
+static void rec_abort(gp_cu *d) {
+    if (!d->rec) return;
+    d->rec = 0;
+    if (d->var_used) cudaMemcpyAsync(d->var_d, d->var_h, d->var_used, cudaMemcpyHostToDevice, d->s);
+    rec_launch_all(d, &d->cur);
+    d->var_used = 0, d->cur.n = 0, d->cur.used = 0;
+}
+
+extern "C" int gp_cu_rec_begin(gp_cu *d, const void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, size_t shmem, size_t arg_bytes, unsigned nparams) {
+    cu_recording *c = &d->cur;
+    if (nparams > REC_MAX_PARAMS || rec_room(c, arg_bytes)) {
+        rec_abort(d); /* the caller launches this one directly, after the recorded ones */
+        return -1;
+    }
+    const size_t off = align_up(c->used, 16);
+    memset(c->arena + c->used, 0, off - c->used);
+    cu_rec *r = &c->r[c->n++];
+    memset(r, 0, sizeof *r);
+    r->func = func;
+    r->g[0] = gx, r->g[1] = gy, r->g[2] = gz, r->b[0] = bx, r->b[1] = by, r->b[2] = bz;
+    r->smem = shmem;
+    r->off = (uint32_t)off;
+    c->used = off;
+    return 0;
+}
+
+extern "C" void gp_cu_rec_arg(gp_cu *d, const void *v, size_t size, size_t align) {
+    cu_recording *c = &d->cur;
+    cu_rec *r = &c->r[c->n - 1];
+    const size_t off = align_up(c->used, align);
+    memset(c->arena + c->used, 0, off - c->used);
+    memcpy(c->arena + off, v, size);
+    r->po[r->np++] = (uint16_t)(off - r->off);
+    c->used = off + size;
+    r->len = (uint32_t)(c->used - r->off);
+}
+
+extern "C" void gp_cu_graph_stats(gp_cu *d, uint64_t out[3]) {
+    for (int i = 0; i < 3; i++) out[i] = d->stats[i];
+}
 extern "C" int gp_cu_bf16(gp_cu *d) { return d->bf16; }
 extern "C" void gp_cu_set_bf16(gp_cu *d, int on) { d->bf16 = on ? 1 : 0; }
 
@@ -71,8 +316,14 @@ extern "C" int gp_cu_open(int32_t dev, gp_cu **out, char *msg, size_t cap) {
 
 extern "C" void gp_cu_close(gp_cu *d) {
     if (!d) return;
+    rec_abort(d);
     cudaStreamSynchronize(d->s);
     cudaStreamDestroy(d->s);
+    if (d->exec) cudaGraphExecDestroy(d->exec);
+    rec_free(&d->cur);
+    rec_free(&d->last);
+    cudaFreeHost(d->var_h);
+    cudaFree(d->var_d);
     cudaFree(d->scratch);
     free(d);
 }
@@ -100,6 +351,7 @@ extern "C" void gp_cu_release(gp_cu *d, void *p) {
 }
 
 extern "C" int gp_cu_h2d(gp_cu *d, void *dst, const void *src, size_t bytes) {
+    rec_abort(d);
     if (!bytes) return 0;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(d->s);
@@ -107,6 +359,7 @@ extern "C" int gp_cu_h2d(gp_cu *d, void *dst, const void *src, size_t bytes) {
 }
 
 extern "C" int gp_cu_d2d(gp_cu *d, void *dst, const void *src, size_t bytes) {
+    rec_abort(d);
     if (!bytes) return 0;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(d->s);
@@ -114,11 +367,13 @@ extern "C" int gp_cu_d2d(gp_cu *d, void *dst, const void *src, size_t bytes) {
 }
 
 extern "C" int gp_cu_h2d_async(gp_cu *d, void *dst, const void *src, size_t bytes) {
+    rec_abort(d);
     if (!bytes) return 0;
     return (int)cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->s);
 }
 
 extern "C" int gp_cu_d2h(gp_cu *d, void *dst, const void *src, size_t bytes) {
+    rec_abort(d);
     if (!bytes) return 0;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, d->s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(d->s);
@@ -135,7 +390,11 @@ extern "C" void gp_cu_host_free(void *p) {
 }
 
 extern "C" int gp_cu_sync(gp_cu *d) {
-    cudaError_t e = cudaStreamSynchronize(d->s);
+    cudaError_t e = rec_flush(d);
+    const cudaError_t es = cudaStreamSynchronize(d->s);
+    if (e == cudaSuccess) e = es;
+    if (d->step && d->graphs == GP_CU_GRAPHS_AUTO) auto_step(d, now_us() - d->t0);
+    d->step = 0;
     if (e == cudaSuccess) e = cudaGetLastError();
     return (int)e;
 }
