@@ -523,7 +523,7 @@ static int rope_attention_case(gp_backend *be, int32_t compute, int32_t hd, int3
 }
 
 TEST(backend_ops_attention_with_rope_gives_its_parts_bits) {
-    const int32_t hds[] = {8, 64, 128, 256}, Gs[] = {1, 4, 16}, poss[] = {0, 5, 70, 130};
+    const int32_t hds[] = {8, 64, 128, 256}, Gs[] = {1, 4, 16}, poss[] = {0, 5, 70, 130, 200};
     for (size_t b = 0; b < N_BACKENDS; b++) {
         gp_backend *be = open_backend(b);
         if (!be) continue;
@@ -531,12 +531,12 @@ TEST(backend_ops_attention_with_rope_gives_its_parts_bits) {
         for (int32_t mode = 0; mode < 2; mode++)
             for (size_t h = 0; h < 4; h++)
                 for (size_t g = 0; g < 3; g++)
-                    for (size_t p = 0; p < 4; p++)
+                    for (size_t p = 0; p < 5; p++)
                         for (int norm = 0; norm < 3; norm++, cases++)
                             bad += rope_attention_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, hds[h], Gs[g],
                                                        poss[p], p == 1 ? 3 : 1, norm);
         NOTE("%s: attention running the rope itself vs rope_qk then attention (f32 and bf16 modes, head_dim 8-256, "
-             "1-16 heads per kv head, positions 0-130, 1 and 3 tokens, no / plain / Gemma head norms; %d cases): %d "
+             "1-16 heads per kv head, positions 0-200, 1 and 3 tokens, no / plain / Gemma head norms; %d cases): %d "
              "results differ (want 0)", BACKENDS[b].name, cases, bad);
         CHECK_EQ_INT(bad, 0);
         gp_backend_free(be);
