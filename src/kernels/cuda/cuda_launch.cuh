@@ -23,6 +23,9 @@ int gp_cu_rec_begin(gp_cu *d, const void *func, unsigned gx, unsigned gy, unsign
                     unsigned bz, size_t shmem, size_t arg_bytes, unsigned nparams);
 void gp_cu_rec_arg(gp_cu *d, const void *v, size_t size, size_t align);
 }
+/* kernel func<<<grid, block, shmem, d's stream>>> with the parameters at args[i], programmatic stream serialization
+ * allowed (the one launch every kernel goes through, recorded steps' included); returns the CUDA error. */
+cudaError_t gp_cu_launch(gp_cu *d, const void *func, dim3 grid, dim3 block, size_t shmem, void **args);
 
 /* First statements of every kernel: wait for the previous kernel of the stream, then let the next one be scheduled.
  * Both are no-ops for a kernel launched without the programmatic attribute.  Reads of what no kernel writes (the
@@ -47,17 +50,11 @@ static inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
         (rec_arg<KArgs>(d, static_cast<KArgs>(args)), ...);
         return;
     }
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = shmem;
-    cfg.stream = gp_cu_stream(d);
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+    auto go = [&](auto... v) {
+        void *p[] = {(void *)&v...};
+        gp_cu_launch(d, (const void *)kernel, grid, block, shmem, p);
+    };
+    go(static_cast<KArgs>(args)...);
 }
 
 /* Calls f(std::integral_constant<int, DT>()) for the dense dtype dt (GP_CU_F32, BF16, F16): one dispatch from a

@@ -1,5 +1,7 @@
 /* cuda_rt.cu — the device handle of the CUDA backend (cuda_ops.h): device discovery with a reason when there is
- * none, one non-blocking stream per handle, plain cudaMalloc allocations, copies. */
+ * none, one non-blocking stream per handle, plain cudaMalloc allocations, copies, the one kernel launch
+ * (gp_cu_launch), and the decode-step recorder that replays repeated steps as CUDA graphs. */
+#include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 #include <cuda_runtime.h>
@@ -92,22 +94,26 @@ static void rec_free(cu_recording *c) {
     memset(c, 0, sizeof *c);
 }
 
+cudaError_t gp_cu_launch(gp_cu *d, const void *func, dim3 grid, dim3 block, size_t shmem, void **args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = shmem;
+    cfg.stream = d->s;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelExC(&cfg, func, args);
+}
+
 /* Launches recorded launch i of c on d's stream (captured when the stream captures). */
 static cudaError_t rec_launch(gp_cu *d, const cu_recording *c, int i) {
     const cu_rec *r = &c->r[i];
     void *args[REC_MAX_PARAMS];
     for (uint32_t k = 0; k < r->np; k++) args[k] = c->arena + r->off + r->po[k];
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(r->g[0], r->g[1], r->g[2]);
-    cfg.blockDim = dim3(r->b[0], r->b[1], r->b[2]);
-    cfg.dynamicSmemBytes = r->smem;
-    cfg.stream = d->s;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelExC(&cfg, r->func, args);
+    return gp_cu_launch(d, r->func, dim3(r->g[0], r->g[1], r->g[2]), dim3(r->b[0], r->b[1], r->b[2]), r->smem, args);
 }
 
 static cudaError_t rec_launch_all(gp_cu *d, const cu_recording *c) {
