@@ -20,7 +20,6 @@
 #include <math.h>
 #include <string.h>
 
-
 #define SPLIT GP_CU_ATTN_SPLIT
 #define MAX_NE 8 /* output elements per lane: head_dim <= 256 */
 
@@ -62,25 +61,21 @@ struct attn_var {
     gp_cu_kv_seg seg[GP_CU_KV_MAX_SEGS];
 };
 
-/* The descriptor in shared memory (indexed at run time: a kernel parameter indexed so would go to local memory),
- * with the call's per-step values (from var when given, else from a and pl). */
-struct attn_desc_sm {
-    gp_cu_kv_seg seg[GP_CU_KV_MAX_SEGS];
+/* The descriptor in shared memory (indexed at run time: a kernel parameter indexed so would go to local memory):
+ * the call's per-step values (from var when given, else from a and pl) and the storages. */
+struct attn_desc_sm : attn_var {
     gp_cu_kv_rows rows[4]; /* keys of the cache, of the chunk; values of the cache, of the chunk */
-    int32_t pos0, r0, n_seg, np, lo;
 };
 
 __device__ __forceinline__ void desc_to_smem(const gp_cu_attn &a, const attn_plan &pl, const attn_var *var,
                                              attn_desc_sm *d) {
-    if (var && threadIdx.x < GP_CU_KV_MAX_SEGS) d->seg[threadIdx.x] = var->seg[threadIdx.x];
+    if (threadIdx.x == 0 && var) *static_cast<attn_var *>(d) = *var;
+    if (threadIdx.x == 0 && !var) {
+        d->pos0 = a.pos0, d->r0 = a.r0, d->n_seg = a.n_seg, d->np = pl.np, d->lo = pl.lo;
 #pragma unroll
-    for (int i = 0; i < GP_CU_KV_MAX_SEGS; i++)
-        if (!var && threadIdx.x == i) d->seg[i] = a.seg[i];
-    if (threadIdx.x == GP_CU_KV_MAX_SEGS) d->rows[0] = a.k[0], d->rows[1] = a.k[1], d->rows[2] = a.v[0], d->rows[3] = a.v[1];
-    if (threadIdx.x == GP_CU_KV_MAX_SEGS + 1) {
-        if (var) d->pos0 = var->pos0, d->r0 = var->r0, d->n_seg = var->n_seg, d->np = var->np, d->lo = var->lo;
-        else d->pos0 = a.pos0, d->r0 = a.r0, d->n_seg = a.n_seg, d->np = pl.np, d->lo = pl.lo;
+        for (int i = 0; i < GP_CU_KV_MAX_SEGS; i++) d->seg[i] = a.seg[i];
     }
+    if (threadIdx.x == 32) d->rows[0] = a.k[0], d->rows[1] = a.k[1], d->rows[2] = a.v[0], d->rows[3] = a.v[1];
 }
 
 /* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held (the row
