@@ -60,14 +60,42 @@ __device__ __forceinline__ uint4 w8(const void *W, int64_t r, int64_t cols, int6
     return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
 }
 
-/* The 8 activations [k, k + 8) of token row t as four bf16x2 words; zeros past cols or for t >= n.  SH: x is in
- * shared memory. */
-template <bool SH = false>
+/* Where the decode kernels read the input: global memory (float32), shared memory (float32: the RMSNorm's output)
+ * or shared memory already as bf16 (stage_x). */
+enum { X_GLOBAL, X_SHARED, X_PACKED };
+
+/* The 8 activations [k, k + 8) of token row t as four bf16x2 words; zeros past cols or for t >= n. */
+template <int XIN = X_GLOBAL>
 __device__ __forceinline__ uint4 x8(const float *x, int32_t t, int32_t n, int64_t cols, int64_t k) {
     if (t >= n || k >= cols) return make_uint4(0, 0, 0, 0);
+    if (XIN == X_PACKED) return *(const uint4 *)((const uint16_t *)x + (size_t)t * cols + k);
     const float4 *p = (const float4 *)(x + (size_t)t * cols + k);
-    const float4 a = SH ? p[0] : __ldg(p), b = SH ? p[1] : __ldg(p + 1);
+    const float4 a = XIN == X_SHARED ? p[0] : __ldg(p), b = XIN == X_SHARED ? p[1] : __ldg(p + 1);
     return make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+}
+
+/* One token's input x [cols] (cols % 8 == 0) copied by the block into xs as bf16 (x8's words, in column order), 8
+ * vectors per thread in flight; returns xs.  (Read from global memory chunk by chunk, x was the decode kernels'
+ * longest stall: one memory latency per chunk of a chain.) */
+__device__ __forceinline__ const float *stage_x(const float *__restrict__ x, uint4 *xs, int64_t cols) {
+    const int64_t n8 = cols / 8;
+    for (int64_t i0 = threadIdx.x; i0 < n8; i0 += 8 * (int64_t)blockDim.x) {
+        float4 v[8][2];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int64_t i = i0 + (int64_t)u * blockDim.x;
+            if (i < n8) v[u][0] = __ldg((const float4 *)x + 2 * i), v[u][1] = __ldg((const float4 *)x + 2 * i + 1);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int64_t i = i0 + (int64_t)u * blockDim.x;
+            if (i < n8)
+                xs[i] = make_uint4(pack2(v[u][0].x, v[u][0].y), pack2(v[u][0].z, v[u][0].w), pack2(v[u][1].x, v[u][1].y),
+                                   pack2(v[u][1].z, v[u][1].w));
+        }
+    }
+    __syncthreads();
+    return (const float *)xs;
 }
 
 /* The two 16-column blocks of one 32-column chunk: acc (rows g, g+8 of the token tile x cols 2c, 2c+1 of the 8
@@ -99,8 +127,8 @@ struct mma_parts {
 /* chain `chain` of 8 weight rows from wr0 (rows >= rows read the last row; never stored): acc (tokens g, g + 8 x
  * rows 2c, 2c + 1) over chunks chain, chain + CHAINS, ... in order.  The first weights are loaded before
  * pdl_enter() (they stream while the previous kernel, which writes the input, finishes); then every thread calls
- * prep(), which may synchronize the block and returns the input x (in shared memory when SH). */
-template <int DT, bool SH, typename Prep>
+ * prep(), which may synchronize the block and returns the input x (read as XIN says). */
+template <int DT, int XIN, typename Prep>
 __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict__ W, int64_t wr, int64_t cols,
                                              int32_t n, int chain, int g, int c, Prep prep) {
     const int64_t nch = (cols + 31) / 32;
@@ -121,8 +149,8 @@ __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict_
 #pragma unroll
         for (int u = 0; u < DEC_UNR; u++) {
             const int64_t k = (j0 + (int64_t)u * CHAINS) * 32 + 8 * c;
-            a[u] = x8<SH>(x, g, n, cols, k);
-            a8[u] = x8<SH>(x, g + 8, n, cols, k);
+            a[u] = x8<XIN>(x, g, n, cols, k);
+            a8[u] = x8<XIN>(x, g + 8, n, cols, k);
         }
 #pragma unroll
         for (int u = 0; u < DEC_UNR; u++)
@@ -148,10 +176,12 @@ __device__ __forceinline__ int sum_chains(float *acc, float (*part)[32][4], int 
 }
 
 /* Decode (n <= 16 tokens): a block of CHAINS warps per 8 weight rows of the parts, warp w running chain w; lane (g, c)
- * loads 16 bytes of weight row g per chunk and multiplies the token tile (zero rows beyond n). */
-template <int DT>
+ * loads 16 bytes of weight row g per chunk and multiplies the token tile (zero rows beyond n).  STAGE (one token):
+ * the block first copies x into dynamic shared memory as bf16 (stage_x; 2 cols bytes). */
+template <int DT, bool STAGE>
 __global__ void __launch_bounds__(32 * CHAINS)
     mma_decode_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int32_t n, int mode, float alpha) {
+    extern __shared__ __align__(16) float xs[];
     __shared__ float part[CHAINS][32][4];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int64_t r0 = (int64_t)blockIdx.x * 8;
@@ -169,7 +199,8 @@ __global__ void __launch_bounds__(32 * CHAINS)
         return;
     }
     float acc[4];
-    decode_chain<DT, false>(acc, W, r0 + g < rows ? r0 + g : rows - 1, cols, n, warp, g, c, [&] { return x; });
+    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL>(acc, W, r0 + g < rows ? r0 + g : rows - 1, cols, n, warp, g, c,
+                                                  [&] { return STAGE ? stage_x(x, (uint4 *)xs, cols) : x; });
     if (!sum_chains(acc, part, warp, lane)) return;
 #pragma unroll
     for (int i = 0; i < 4; i++) { /* acc[i]: token g (i < 2) or g + 8, weight row r0 + 2c + (i & 1) */
@@ -189,14 +220,14 @@ __global__ void __launch_bounds__(64 * CHAINS)
     mma_decode_glu_kernel(float *__restrict__ y, const float *__restrict__ x, norm_args nm, const void *__restrict__ G,
                           const void *__restrict__ U, int64_t rows, int64_t cols, const void *bg, const void *bu,
                           int bdt, int act, int mode) {
-    extern __shared__ float xs[];
+    extern __shared__ __align__(16) float xs[];
     __shared__ float part[2][CHAINS][32][4];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int which = warp / CHAINS, chain = warp % CHAINS;
     const int64_t r0 = (int64_t)blockIdx.x * 8;
     float acc[4];
-    decode_chain<DT, NORM>(acc, which ? U : G, r0 + g < rows ? r0 + g : rows - 1, cols, 1, chain, g, c,
-                           [&] { return input_of<NORM>(x, xs, cols, nm); });
+    decode_chain<DT, NORM ? X_SHARED : X_GLOBAL>(acc, which ? U : G, r0 + g < rows ? r0 + g : rows - 1, cols, 1, chain,
+                                                 g, c, [&] { return input_of<NORM>(x, xs, cols, nm); });
 #pragma unroll
     for (int i = 0; i < 4; i++) part[which][chain][lane][i] = acc[i];
     __syncthreads();
@@ -486,9 +517,28 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
     return 1;
 }
 
+/* Largest input a decode kernel stages (stage_x: 2 bytes a column); wider ones are read from global memory. */
+#define STAGE_X_MAX (96 * 1024)
+
 extern "C" int gp_cu_mma_prepare(void) {
-    return (int)cudaFuncSetAttribute(mma_gemm_kernel<GEMM_BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)GEMM_SMEM(GEMM_BM));
+    cudaError_t e = cudaFuncSetAttribute(mma_gemm_kernel<GEMM_BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)GEMM_SMEM(GEMM_BM));
+    const void *ks[] = {(const void *)mma_decode_kernel<GP_CU_F32, true>,
+                        (const void *)mma_decode_kernel<GP_CU_BF16, true>,
+                        (const void *)mma_decode_kernel<GP_CU_F16, true>};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, STAGE_X_MAX);
+    return (int)e;
+}
+
+/* The decode kernel for n tokens of cols columns: one token whose bf16 copy fits STAGE_X_MAX is staged. */
+template <int DT>
+static void launch_decode(gp_cu *d, const mma_parts &p, dim3 grid, const float *x, int64_t cols, int32_t n, int mode,
+                          float alpha) {
+    const size_t xs = (size_t)cols * 2;
+    if (n == 1 && xs <= STAGE_X_MAX)
+        launch(mma_decode_kernel<DT, true>, grid, dim3(32 * CHAINS), xs, d, p, x, cols, n, mode, alpha);
+    else launch(mma_decode_kernel<DT, false>, grid, dim3(32 * CHAINS), 0, d, p, x, cols, n, mode, alpha);
 }
 
 /* One weight as the kernels' parts (bias b of dtype bdt or NULL). */
@@ -502,9 +552,7 @@ template <int DT>
 static void launch_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                        int mode, float alpha) {
     if (n <= 16) {
-        const mma_parts p = one_part(y, w, b, bdt);
-        launch(mma_decode_kernel<DT>, dim3((unsigned)((w->rows + 7) / 8)), dim3(32 * CHAINS), 0, d, p, x, w->cols, n, mode,
-               alpha);
+        launch_decode<DT>(d, one_part(y, w, b, bdt), dim3((unsigned)((w->rows + 7) / 8)), x, w->cols, n, mode, alpha);
     } else {
         const dim3 grid((unsigned)((w->rows + 127) / 128), (unsigned)((n + 63) / 64));
         launch(mma_prefill_kernel<DT>, grid, dim3(256), 0, d, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
@@ -542,8 +590,7 @@ extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, con
         groups += (ws[i].rows + 7) / 8;
     }
     p.m = m;
-    const dim3 grid((unsigned)groups), blk(32 * CHAINS);
-    by_dtype(ws[0].dtype, [&](auto dt) { launch(mma_decode_kernel<dt>, grid, blk, 0, d, p, x, ws[0].cols, 1, mode, 1.0f); });
+    by_dtype(ws[0].dtype, [&](auto dt) { launch_decode<dt>(d, p, dim3((unsigned)groups), x, ws[0].cols, 1, mode, 1.0f); });
     return (int)cudaGetLastError();
 }
 
