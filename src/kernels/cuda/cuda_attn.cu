@@ -54,6 +54,13 @@ __device__ __forceinline__ float kv_at(const gp_cu_kv_rows &st, int quant, int64
     return __fadd_rn(__fmul_rn((float)v, st.scale[r * st.n_groups + g]), st.minv[r * st.n_groups + g]);
 }
 
+/* Elements e .. e + 3 of row r of quantized storage st (kv_at's values), out of line: unrolled into every staged
+ * vector, the quantized path made the decode kernel's code several times larger (its fetch stalls were most of a
+ * decode step's attention). */
+__device__ __noinline__ float4 kv_at4(const gp_cu_kv_rows &st, int64_t r, int32_t e) {
+    return make_float4(kv_at(st, 1, r, e), kv_at(st, 1, r, e + 1), kv_at(st, 1, r, e + 2), kv_at(st, 1, r, e + 3));
+}
+
 /* A decode call's values that change every step, in device memory when the step is recorded as a graph
  * (gp_cu_var; the kernel's gp_cu_attn and attn_plan then hold zeros there, so its arguments repeat). */
 struct attn_var {
@@ -108,9 +115,8 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
                 kv[u] = *(const float4 *)(K.f + r * K.kvd + off + 4 * f);
                 vv[u] = *(const float4 *)(V.f + r * V.kvd + off + 4 * f);
             } else {
-                const int32_t e = off + 4 * f;
-                kv[u] = make_float4(kv_at(K, 1, r, e), kv_at(K, 1, r, e + 1), kv_at(K, 1, r, e + 2), kv_at(K, 1, r, e + 3));
-                vv[u] = make_float4(kv_at(V, 1, r, e), kv_at(V, 1, r, e + 1), kv_at(V, 1, r, e + 2), kv_at(V, 1, r, e + 3));
+                kv[u] = kv_at4(K, r, off + 4 * f);
+                vv[u] = kv_at4(V, r, off + 4 * f);
             }
         }
 #pragma unroll
@@ -313,21 +319,18 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     desc_to_smem(a, pl, var, &d); /* (var: written before the step's first kernel, so readable before the wait) */
     __syncthreads();
     const int32_t p = d.pos0, j0 = split_id(d, b) * SPLIT;
-    if (a.rk) { /* the rope inside: the held rows are earlier steps' (staged before the wait for the kernel that
-                 * writes q, k, v); then every block rotates its heads' queries, the last split's block the new key */
-        stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, p);
-        pdl_enter();
-        for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
-        if (head) rope_head_warp(qs, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, a.inv_freq);
-        if (b == ns - 1 && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
-            rope_store_key(a, kvh, p, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
-                           pl.bf);
-    } else {
-        pdl_enter();
-        for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
-        __syncthreads();
-        stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held);
-    }
+    /* the rope inside (a.rk): the held rows are earlier steps' (staged before the wait for the kernel that writes q,
+     * k, v); then every block rotates its heads' queries, the last split's block the new key.  (One call site of
+     * stage_split: each one is a large share of the kernel's code.) */
+    const bool early = a.rk != NULL;
+    if (!early) pdl_enter();
+    stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early ? p : -1);
+    if (early) pdl_enter();
+    for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
+    if (early && head) rope_head_warp(qs, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, a.inv_freq);
+    if (early && b == ns - 1 && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
+        rope_store_key(a, kvh, p, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
+                       pl.bf);
     __syncthreads();
     float m, l, acc[1][NE];
     const int32_t pq = head ? p : -1;
