@@ -285,14 +285,14 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
 }
 
 /* The new key of kv head kvh (decode with the rope inside) by one warp: rotated in kb [head_dim] (shared memory)
- * at position p as gp_cu_rope_qk does it, then stored with its value at row r0 of the cache's float rows and at the
+ * at position p as gp_cu_rope_qk does it (freq: the inverse frequencies), then stored with its value at row r0 of the cache's float rows and at the
  * staged rows ks, vs (the split's row of position p, which stage_split skipped). */
 __device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, int32_t p, int32_t r0, float *kb, float *ks,
-                               float *vs, int bf) {
+                               float *vs, const float *freq, int bf) {
     const int lane = threadIdx.x & 31, hd = a.head_dim;
     const size_t o = (size_t)r0 * a.n_kv * hd + (size_t)kvh * hd;
     for (int e = lane; e < hd; e += 32) kb[e] = a.rk[(size_t)kvh * hd + e];
-    rope_head_warp(kb, hd, a.kn, a.eps, a.plus_one, bf, (float)p, a.inv_freq);
+    rope_head_warp(kb, hd, a.kn, a.eps, a.plus_one, bf, (float)p, freq);
     for (int e = lane; e < hd; e += 32) {
         const float v = a.rv[(size_t)kvh * hd + e];
         a.kf[o + e] = ks[e] = kb[e], a.vf[o + e] = vs[e] = v;
@@ -316,7 +316,9 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     const int32_t h = kvh * pl.G + warp;
     float *ks = smem, *vs = ks + SPLIT * pl.ld, *qs = vs + SPLIT * pl.ld + warp * hd;
     float *part = a.part + ((size_t)h * ns + b) * (hd + 2);
+    __shared__ float freq[MAX_NE * 16]; /* the rope's inverse frequencies [head_dim / 2], read before the wait */
     desc_to_smem(a, pl, var, &d); /* (var: written before the step's first kernel, so readable before the wait) */
+    for (int i = threadIdx.x; a.rk && i < hd / 2; i += blockDim.x) freq[i] = a.inv_freq[i];
     __syncthreads();
     const int32_t p = d.pos0, j0 = split_id(d, b) * SPLIT;
     /* the rope inside (a.rk): the held rows are earlier steps' (staged before the wait for the kernel that writes q,
@@ -327,10 +329,10 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early ? p : -1);
     if (early) pdl_enter();
     for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
-    if (early && head) rope_head_warp(qs, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, a.inv_freq);
+    if (early && head) rope_head_warp(qs, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, freq);
     if (early && b == ns - 1 && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
         rope_store_key(a, kvh, p, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
-                       pl.bf);
+                       freq, pl.bf);
     __syncthreads();
     float m, l, acc[1][NE];
     const int32_t pq = head ? p : -1;
