@@ -481,7 +481,9 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
         }
     float acc[1];
     const void *const W1[1] = {W};
-    dot1<DT, 1>(acc, W1, r, in, cols, lane, mode & GP_CU_ROUNDW, [&] { return input_of<NORM>(x, xs, cols, nm); });
+    norm_early ne;
+    norm_prefetch<NORM>(ne, nm, cols);
+    dot1<DT, 1>(acc, W1, r, in, cols, lane, mode & GP_CU_ROUNDW, [&] { return input_of<NORM>(x, xs, cols, nm, ne); });
     if (!in) return;
     const float v = mm_val(warp_sum(acc[0]), B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, 1.0f);
     if (lane == 0) mm_store(Y + r, v, mode);
@@ -547,8 +549,11 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
     float gu[2];
     const void *const W[2] = {G, U};
+    norm_early ne;
+    norm_prefetch<NORM>(ne, nm, cols);
     /* the gate's and the up row's loads together */
-    dot1<DT, 2>(gu, W, r, r < rows, cols, lane, mode & GP_CU_ROUNDW, [&] { return input_of<NORM>(x, xs, cols, nm); });
+    dot1<DT, 2>(gu, W, r, r < rows, cols, lane, mode & GP_CU_ROUNDW,
+                [&] { return input_of<NORM>(x, xs, cols, nm, ne); });
     if (r >= rows) return;
     const float gv = mm_val(warp_sum(gu[0]), bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
     const float uv = mm_val(warp_sum(gu[1]), bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
