@@ -285,8 +285,8 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
 }
 
 /* The new key of kv head kvh (decode with the rope inside) by one warp: rotated in kb [head_dim] (shared memory)
- * at position p as gp_cu_rope_qk does it (freq: the inverse frequencies), then stored with its value at row r0 of the cache's float rows and at the
- * staged rows ks, vs (the split's row of position p, which stage_split skipped). */
+ * at position p as gp_cu_rope_qk does it (freq: the inverse frequencies), then stored with its value at row r0 of
+ * the cache's float rows and at the staged rows ks, vs (the split's row of position p, which stage_split skipped). */
 __device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, int32_t p, int32_t r0, float *kb, float *ks,
                                float *vs, const float *freq, int bf) {
     const int lane = threadIdx.x & 31, hd = a.head_dim;
