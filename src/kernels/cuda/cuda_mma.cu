@@ -89,9 +89,8 @@ __device__ __forceinline__ const float *stage_x(const float *__restrict__ x, uin
 #pragma unroll
         for (int u = 0; u < 8; u++) {
             const int64_t i = i0 + (int64_t)u * blockDim.x;
-            if (i < n8)
-                xs[i] = make_uint4(pack2(v[u][0].x, v[u][0].y), pack2(v[u][0].z, v[u][0].w), pack2(v[u][1].x, v[u][1].y),
-                                   pack2(v[u][1].z, v[u][1].w));
+            const float4 a = v[u][0], b = v[u][1];
+            if (i < n8) xs[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
         }
     }
     __syncthreads();
@@ -590,7 +589,8 @@ extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, con
         groups += (ws[i].rows + 7) / 8;
     }
     p.m = m;
-    by_dtype(ws[0].dtype, [&](auto dt) { launch_decode<dt>(d, p, dim3((unsigned)groups), x, ws[0].cols, 1, mode, 1.0f); });
+    by_dtype(ws[0].dtype,
+             [&](auto dt) { launch_decode<dt>(d, p, dim3((unsigned)groups), x, ws[0].cols, 1, mode, 1.0f); });
     return (int)cudaGetLastError();
 }
 
