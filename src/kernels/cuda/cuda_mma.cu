@@ -89,8 +89,9 @@ __device__ __forceinline__ const float *stage_x(const float *__restrict__ x, uin
 #pragma unroll
         for (int u = 0; u < 8; u++) {
             const int64_t i = i0 + (int64_t)u * blockDim.x;
+            if (i >= n8) continue;
             const float4 a = v[u][0], b = v[u][1];
-            if (i < n8) xs[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+            xs[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
         }
     }
     __syncthreads();
