@@ -28,6 +28,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+/* Eight consecutive floats (a, then b) as four bf16x2 words in column order. */
+__device__ __forceinline__ uint4 pack8(const float4 &a, const float4 &b) {
+    return make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+}
+
 /* d += a (16x16, row) * b (16x8, col), bf16 in, float32 accumulators */
 __device__ __forceinline__ void mma16816(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
@@ -71,7 +76,7 @@ __device__ __forceinline__ uint4 x8(const float *x, int32_t t, int32_t n, int64_
     if (XIN == X_PACKED) return *(const uint4 *)((const uint16_t *)x + (size_t)t * cols + k);
     const float4 *p = (const float4 *)(x + (size_t)t * cols + k);
     const float4 a = XIN == X_SHARED ? p[0] : __ldg(p), b = XIN == X_SHARED ? p[1] : __ldg(p + 1);
-    return make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+    return pack8(a, b);
 }
 
 /* One token's input x [cols] (cols % 8 == 0) copied by the block into xs as bf16 (x8's words, in column order), 8
@@ -89,9 +94,7 @@ __device__ __forceinline__ const float *stage_x(const float *__restrict__ x, uin
 #pragma unroll
         for (int u = 0; u < 8; u++) {
             const int64_t i = i0 + (int64_t)u * blockDim.x;
-            if (i >= n8) continue;
-            const float4 a = v[u][0], b = v[u][1];
-            xs[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+            if (i < n8) xs[i] = pack8(v[u][0], v[u][1]);
         }
     }
     __syncthreads();
@@ -365,7 +368,7 @@ __global__ void to_bf16_kernel(uint4 *__restrict__ xb, const float4 *__restrict_
     pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
         const float4 a = x[2 * i], b = x[2 * i + 1];
-        xb[i] = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+        xb[i] = pack8(a, b);
     }
 }
 
