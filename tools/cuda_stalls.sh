@@ -7,7 +7,7 @@
 #   sh tools/cuda_stalls.sh "matmul_kernel 64 2 f32" "matmul_glu 32 1 f32" "attn_split 40 1 f32" \
 #       "mma_decode_kernel 60 2 bf16"
 # profiles COUNT launches of the kernels whose name matches REGEX after skipping SKIP of them, and prints per
-# launch: time, DRAM throughput, occupancy, the stall reasons' shares and the 8 SASS instructions with the most
+# launch (P=512 N=0: of a 512-token prefill instead of decode): time, DRAM throughput, occupancy, the stall reasons' shares and the 8 SASS instructions with the most
 # samples (the instruction a warp waits at follows the load it waits for).  Found this way (BENCHMARKS.md, sixth
 # session): the bf16 decode kernel waiting on its input's loads, decode attention waiting on instruction fetch.
 G=/tmp/gp
@@ -28,7 +28,7 @@ for spec in "$@"; do
     rep=${OUT:-/tmp}/stalls$i
     timeout 200 "$NCU" --section SpeedOfLight --section Occupancy --section WarpStateStats --section SourceCounters \
         --cache-control none --clock-control none -k "regex:$1" --launch-skip "$2" --launch-count "$3" \
-        -f -o "$rep" $G/bin/${BIN:-genparity} bench -m $M --device cuda -r 1 -p 0 -n 8 --bandwidth-mib 0 \
+        -f -o "$rep" $G/bin/${BIN:-genparity} bench -m $M --device cuda -r 1 -p ${P:-0} -n ${N:-8} --bandwidth-mib 0 \
         --compute "$4" >/dev/null 2>&1
     echo "=== $spec"
     "$NCU" -i "$rep.ncu-rep" --page details 2>&1 |

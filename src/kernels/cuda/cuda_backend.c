@@ -193,6 +193,7 @@ static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) 
     }
     gp_cu_set_bf16(w->d, p->compute == GP_COMPUTE_BF16);
     e = gp_cu_attn_prepare();
+    if (!e) e = gp_cu_matmul_prepare();
     if (!e && p->compute == GP_COMPUTE_BF16) e = gp_cu_mma_prepare();
     if (e) {
         cu_ws_free(ws);

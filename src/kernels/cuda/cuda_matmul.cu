@@ -1,11 +1,12 @@
 /* cuda_matmul.cu — the projections of the CUDA backend: y [n, rows] (+)= alpha * (x [n, cols] @ W^T) (+ bias).
- * Dense weights (f32/bf16/f16): one warp per weight row (4 rows for a chunk of tokens) streams the row once per tile
- * of up to 8 tokens with 16-byte loads (8 bf16/f16 or 4 f32 weights), widening to float32 in registers; lane l takes
- * vectors l, l+32, ... and the warp sums its lanes by the xor butterfly, so an element's bits depend on nothing but
- * its row and its token (the same for decode and every prefill chunking).  MLX affine weights: the same with
- * 32-value units (lane l takes units l, l+32, ...), each value dequantized as scale * q + bias in float32.
- * gp_cu_matmul_multi (q|k|v) and gp_cu_matmul_glu (gate|up + GLU) run one token through several weights in one
- * launch with the bits of the separate calls. */
+ * Dense weights (f32/bf16/f16), one token: one warp per weight row streams it with 16-byte loads (8 bf16/f16 or 4
+ * f32 weights), widening to float32 in registers; lane l takes vectors l, l+32, ... and the warp sums its lanes by
+ * the xor butterfly, so an element's bits depend on nothing but its row and its token.  Several tokens (prefill):
+ * a block stages tiles of tokens and rows in shared memory and each thread keeps one lane's sums for 8 x 8
+ * outputs (matmul_tiled_kernel), the same operations in the same order, so the bits are decode's for every prefill
+ * chunking.  MLX affine weights: lane l takes 32-value units l, l+32, ..., each value dequantized as scale * q +
+ * bias in float32.  gp_cu_matmul_multi (q|k|v) and gp_cu_matmul_glu (gate|up + GLU) run one token through several
+ * weights in one launch with the bits of the separate calls. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -208,81 +209,172 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     }
 }
 
-/* Prefill tiles (VEC path): a warp takes ROWS weight rows x T tokens, so each token vector it loads serves ROWS rows
- * and each weight vector T tokens.  Every output's sum is still lane l's vectors l, l+32, ... in order (the elements
- * of a vector in order), then the xor butterfly: the bits of matmul_kernel. */
-template <int DT, int T, int ROWS>
-__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
-    matmul_rows_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
-                       int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode, float alpha) {
-    pdl_enter();
-    typedef vec_traits<DT> V;
-    enum { UNR = 2 };
-    const int lane = threadIdx.x & 31;
-    const int64_t r0 = ((int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5)) * ROWS;
-    if (r0 >= rows) return;
-    const int32_t t0 = blockIdx.y * T;
-    const int nt = n - t0 < T ? n - t0 : T;
-    const int64_t nv = cols / V::E;
-    const uint4 *wr[ROWS];
-#pragma unroll
-    for (int i = 0; i < ROWS; i++) /* rows past the end read the last row; their sums are not stored */
-        wr[i] = (const uint4 *)((const char *)W + (size_t)(r0 + i < rows ? r0 + i : rows - 1) * cols *
-                                                     (DT == GP_CU_F32 ? 4 : 2));
-    float acc[ROWS][T];
-#pragma unroll
-    for (int i = 0; i < ROWS; i++)
-#pragma unroll
-        for (int t = 0; t < T; t++) acc[i][t] = 0.0f;
-    for (int64_t v0 = lane; v0 < nv; v0 += 32 * UNR) {
-        uint4 wv[ROWS][UNR];
-#pragma unroll
-        for (int u = 0; u < UNR; u++)
-#pragma unroll
-            for (int i = 0; i < ROWS; i++)
-                if (v0 + 32 * u < nv) wv[i][u] = __ldcs(wr[i] + v0 + 32 * u);
-#pragma unroll
-        for (int u = 0; u < UNR; u++) {
-            const int64_t v = v0 + 32 * u;
-            if (v >= nv) break;
-            float wf[ROWS][V::E];
-#pragma unroll
-            for (int i = 0; i < ROWS; i++) {
-                V::widen(wv[i][u], wf[i]);
-                wt_mode<DT, V::E>(wf[i], mode & GP_CU_ROUNDW);
-            }
-#pragma unroll
-            for (int t = 0; t < T; t++) {
-                if (t >= nt) continue;
-                const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols + v * V::E);
-#pragma unroll
-                for (int q = 0; q < V::E / 4; q++) {
-                    const float4 a = __ldg(xv + q);
-#pragma unroll
-                    for (int i = 0; i < ROWS; i++) {
-                        acc[i][t] = fmaf(wf[i][4 * q], a.x, acc[i][t]);
-                        acc[i][t] = fmaf(wf[i][4 * q + 1], a.y, acc[i][t]);
-                        acc[i][t] = fmaf(wf[i][4 * q + 2], a.z, acc[i][t]);
-                        acc[i][t] = fmaf(wf[i][4 * q + 3], a.w, acc[i][t]);
-                    }
-                }
-            }
-        }
+
+/* ---- prefill tiled through shared memory ---- */
+
+/* A block computes PT tokens x PR weight rows of y.  The columns go by rounds of 32 vectors (32 E columns: round j
+ * holds vector 32 j + l of every row at slot l, the vector lane l takes in matmul_kernel), through PSTAGES shared
+ * buffers filled by cp.async.  Thread (warp w, lane l) keeps slot l's partial sums of a TT x TR sub-tile of the
+ * block's outputs, each in row_dot's order (vectors in increasing order, a vector's elements in order); at the end
+ * the warp adds its 32 slots by the xor butterfly, done as a reduce-scatter (each stage exchanges half the values,
+ * each sum is the butterfly's): the bits of matmul_kernel, with each weight and input read once per block. */
+#define PT 16
+#define PR 32
+#define PSTAGES 3
+#define PTHREADS 256
+#define TT 8 /* a thread's tokens */
+#define TR 8 /* a thread's rows */
+/* bytes of one stage: the input [PT][8 E chunks of 16 bytes], the weights [PR][32 vectors] */
+#define PSTAGE_BYTES(E) (PT * 8 * (E) * 16 + PR * 32 * 16)
+#define PSMEM(E) (PSTAGES * PSTAGE_BYTES(E))
+
+/* 16 bytes from src to shared dst by cp.async, or zeros when !valid (src must still be a mapped address) */
+__device__ __forceinline__ void cp16(void *dst, const void *src, bool valid) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
+/* The loads of one round into a stage buffer by cp.async: input chunk c (4 floats) of token t at [t][q * 32 + c / Q]
+ * with q = c % Q, Q = E / 4 (slot-major, so lane l's float4 reads are conflict-free), weight vector l of row i at
+ * [i][l].  Thread tid takes input chunks tid + u PTHREADS (chunk c of tokens tx + u XT) and weight vectors tid + u
+ * PTHREADS (vector lw of rows rw + 8 u); only the column moves from round to round, so the addresses are set up
+ * once.  Tokens, rows and vectors past the end are zeros (never stored; a zero product adds nothing to a sum). */
+template <int E, int ESZ>
+struct ploader {
+    enum { Q = E / 4, XCH = PT * 8 * E, XT = PTHREADS / (8 * E), XU = XCH / PTHREADS, WU = PR * 32 / PTHREADS };
+    static_assert(XCH % PTHREADS == 0 && (PR * 32) % PTHREADS == 0 && PTHREADS % 32 == 0, "whole steps");
+    const char *xp, *wp; /* the thread's first chunks at round 0 */
+    int32_t xdst, xcol, xtok, wrow, wvec;
+
+    __device__ ploader(const float *x, const void *W, int64_t rows, int64_t cols, int32_t n, int32_t t0, int64_t r0) {
+        const int tid = threadIdx.x, tx = tid / (8 * E), cx = tid % (8 * E), rw = tid / 32, lw = tid % 32;
+        xp = (const char *)x + ((int64_t)(t0 + tx) * cols + 4 * cx) * 4;
+        wp = (const char *)W + ((r0 + rw) * cols + (int64_t)lw * E) * ESZ;
+        xdst = (tx * 8 * E + (cx % Q) * 32 + cx / Q) * 16;
+        xcol = 4 * cx, xtok = n - t0 - tx, wvec = lw;
+        wrow = (int32_t)(rows - r0 - rw < 1 << 30 ? rows - r0 - rw : 1 << 30);
     }
+    /* issues round j's loads into sb and commits them as one group (x, W: the kernel's, mapped addresses for the
+     * zero fills) */
+    __device__ __forceinline__ void load(char *sb, int64_t j, const float *x, const void *W, int64_t cols) const {
+        const int64_t c0 = j * 32 * E;
+        const bool xin = c0 + xcol < cols, win = j * 32 + wvec < cols / E;
 #pragma unroll
-    for (int i = 0; i < ROWS; i++) {
-        const int64_t r = r0 + i;
-        const float b = bias && r < rows ? wt_at(bias, bias_dt, r) : 0.0f;
+        for (int u = 0; u < XU; u++) {
+            const bool ok = xin && u * XT < xtok;
+            cp16(sb + xdst + u * PTHREADS * 16, ok ? xp + (u * XT * cols + c0) * 4 : (const char *)x, ok);
+        }
 #pragma unroll
-        for (int t = 0; t < T; t++) {
-            const float sum = warp_sum(acc[i][t]);
-            if (lane == 0 && t < nt && r < rows)
-                mm_store(y + (size_t)(t0 + t) * rows + r, mm_val(sum, bias != NULL, b, mode, alpha), mode);
+        for (int u = 0; u < WU; u++) {
+            const bool ok = win && 8 * u < wrow;
+            cp16(sb + XCH * 16 + (threadIdx.x + u * PTHREADS) * 16, ok ? wp + (8 * u * cols + c0) * ESZ : (const char *)W,
+                 ok);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+};
+
+/* acc[t][i] += slot lane's vector of round sb for tokens wt TT + t and rows wr TR + i, in row_dot's order: by
+ * halves of 4 elements for 8-element vectors (the input's registers for one half) */
+template <int DT>
+__device__ __forceinline__ void pround(float (&acc)[TT][TR], const char *sb, int wt, int wr, int lane, int roundw) {
+    typedef vec_traits<DT> V;
+    enum { E = V::E, Q = E / 4 };
+    const float4 *xs = (const float4 *)sb;
+    const char *ws = sb + PT * 8 * E * 16;
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+        float4 xr[TT];
+#pragma unroll
+        for (int t = 0; t < TT; t++) xr[t] = xs[(wt * TT + t) * 8 * E + q * 32 + lane];
+#pragma unroll
+        for (int i = 0; i < TR; i++) {
+            float wf[4];
+            if (E == 4) V::widen(*(const uint4 *)(ws + ((wr * TR + i) * 32 + lane) * 16), wf);
+            else {
+                const uint2 h = *(const uint2 *)(ws + ((wr * TR + i) * 32 + lane) * 16 + 8 * q);
+                float w8[8];
+                V::widen(make_uint4(h.x, h.y, 0u, 0u), w8); /* (the half's 4 elements) */
+                wf[0] = w8[0], wf[1] = w8[1], wf[2] = w8[2], wf[3] = w8[3];
+            }
+            wt_mode<DT, 4>(wf, roundw);
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                acc[t][i] = fmaf(wf[0], xr[t].x, acc[t][i]);
+                acc[t][i] = fmaf(wf[1], xr[t].y, acc[t][i]);
+                acc[t][i] = fmaf(wf[2], xr[t].z, acc[t][i]);
+                acc[t][i] = fmaf(wf[3], xr[t].w, acc[t][i]);
+            }
         }
     }
 }
 
-#define PREFILL_ROWS 4
+/* The warp's butterfly over its 32 slots for the N values of v, as a reduce-scatter: at the stage of offset O the
+ * lane keeps the half of its C values that its bit O selects and receives the partner's copy of them, so every sum
+ * is the butterfly's v[l] + v[l ^ O].  Lane l ends with the sums of values 2 l and 2 l + 1 (N = 64) in v[0], v[1]. */
+template <int O, int C>
+__device__ __forceinline__ void scatter_stage(float *v, int lane) {
+    const bool hi = (lane & O) != 0;
+#pragma unroll
+    for (int k = 0; k < C / 2; k++) {
+        const float keep = hi ? v[k + C / 2] : v[k], give = hi ? v[k] : v[k + C / 2];
+        v[k] = keep + __shfl_xor_sync(0xffffffffu, give, O);
+    }
+    if constexpr (O > 1) scatter_stage<O / 2, C / 2>(v, lane);
+}
+
+/* Grid (ceil(n / PT), ceil(rows / PR)), PTHREADS threads, PSMEM(E) dynamic shared bytes: see PT above. */
+template <int DT>
+__global__ void __launch_bounds__(PTHREADS, 2)
+    matmul_tiled_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
+                        int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode, float alpha) {
+    enum { E = vec_traits<DT>::E, ESZ = DT == GP_CU_F32 ? 4 : 2 };
+    static_assert((PT / TT) * (PR / TR) == PTHREADS / 32, "one sub-tile per warp");
+    extern __shared__ __align__(16) char psm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wt = warp / (PR / TR), wr = warp % (PR / TR);
+    const int32_t t0 = blockIdx.x * PT;
+    const int64_t r0 = (int64_t)blockIdx.y * PR, nr = (cols / E + 31) / 32;
+    pdl_enter();
+    const ploader<E, ESZ> ld(x, W, rows, cols, n, t0, r0);
+    float acc[TT][TR];
+#pragma unroll
+    for (int t = 0; t < TT; t++)
+#pragma unroll
+        for (int i = 0; i < TR; i++) acc[t][i] = 0.0f;
+    for (int s = 0; s < PSTAGES - 1; s++)
+        if (s < nr) ld.load(psm + s * PSTAGE_BYTES(E), s, x, W, cols);
+        else asm volatile("cp.async.commit_group;" ::: "memory");
+    for (int64_t j = 0; j < nr; j++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(PSTAGES - 2) : "memory");
+        __syncthreads(); /* round j is in; every warp is done with round j - 1, whose buffer is refilled next */
+        const int64_t jn = j + PSTAGES - 1;
+        if (jn < nr) ld.load(psm + (jn % PSTAGES) * PSTAGE_BYTES(E), jn, x, W, cols);
+        else asm volatile("cp.async.commit_group;" ::: "memory");
+        pround<DT>(acc, psm + (j % PSTAGES) * PSTAGE_BYTES(E), wt, wr, lane, mode & GP_CU_ROUNDW);
+    }
+    float v[TT * TR];
+#pragma unroll
+    for (int f = 0; f < TT * TR; f++) v[f] = acc[f / TR][f % TR];
+    scatter_stage<16, TT * TR>(v, lane);
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int f = 2 * lane + k, t = t0 + wt * TT + f / TR;
+        const int64_t r = r0 + wr * TR + f % TR;
+        if (t < n && r < rows)
+            mm_store(y + (size_t)t * rows + r,
+                     mm_val(v[k], bias != NULL, bias ? wt_at(bias, bias_dt, r) : 0.0f, mode, alpha), mode);
+    }
+}
+
+extern "C" int gp_cu_matmul_prepare(void) {
+    const void *ks[] = {(const void *)matmul_tiled_kernel<GP_CU_F32>, (const void *)matmul_tiled_kernel<GP_CU_BF16>,
+                        (const void *)matmul_tiled_kernel<GP_CU_F16>};
+    const int sz[] = {PSMEM(4), PSMEM(8), PSMEM(8)};
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < 3 && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, sz[i]);
+    return (int)e;
+}
 
 /* ---- MLX affine weights ---- */
 
@@ -401,13 +493,13 @@ static int qmatmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const 
 
 /* ---- dense launches ---- */
 
+/* Prefill (n > 1, the 16-byte path): the tiled kernel, PT tokens x PR rows a block. */
 template <int DT>
-static void launch_rows(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
-                        int mode, float alpha) {
-    const int64_t per_block = (int64_t)WARPS_PER_BLOCK * PREFILL_ROWS;
-    const dim3 grid((unsigned)((w->rows + per_block - 1) / per_block), (unsigned)((n + TOK_TILE - 1) / TOK_TILE));
-    launch(matmul_rows_kernel<DT, TOK_TILE, PREFILL_ROWS>, grid, dim3(WARPS_PER_BLOCK * 32), 0, d, y, x, w->data,
-           w->rows, w->cols, b, bdt, n, mode, alpha);
+static void launch_tiled(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
+                         int mode, float alpha) {
+    const dim3 grid((unsigned)((n + PT - 1) / PT), (unsigned)((w->rows + PR - 1) / PR));
+    launch(matmul_tiled_kernel<DT>, grid, dim3(PTHREADS), PSMEM(vec_traits<DT>::E), d, y, x, w->data, w->rows, w->cols,
+           b, bdt, n, mode, alpha);
 }
 
 template <int DT, int T>
@@ -423,7 +515,7 @@ template <int DT>
 static void launch_dense(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt,
                          int32_t n, bool vec, int mode, float alpha) {
     if (n == 1) launch_dt<DT, 1>(d, y, x, w, b, bdt, n, vec, mode, alpha);
-    else if (vec) launch_rows<DT>(d, y, x, w, b, bdt, n, mode, alpha); /* prefill: PREFILL_ROWS rows per warp */
+    else if (vec) launch_tiled<DT>(d, y, x, w, b, bdt, n, mode, alpha);
     else launch_dt<DT, TOK_TILE>(d, y, x, w, b, bdt, n, vec, mode, alpha);
 }
 

@@ -116,6 +116,8 @@ int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, cons
 int gp_cu_mma_ok(const gp_cu_wt *w, const float *x);
 /* Lets the tensor-core GEMM use its shared memory (once per process; 0 or a CUDA error). */
 int gp_cu_mma_prepare(void);
+/* Allows the tiled prefill kernels their shared memory (once per process, before any projection); the CUDA error. */
+int gp_cu_matmul_prepare(void);
 /* An RMSNorm that the decode projections (gp_cu_matmul_multi, gp_cu_matmul_glu, gp_cu_matmul_mma_glu) apply to their
  * input first, with gp_cu_rmsnorm's bits (every block normalizes the token into shared memory). */
 typedef struct gp_cu_norm {
