@@ -6,9 +6,10 @@
 # "REGEX SKIP COUNT COMPUTE", e.g. the default
 #   sh tools/cuda_stalls.sh "matmul_kernel 64 2 f32" "matmul_glu 32 1 f32" "attn_split 40 1 f32" \
 #       "mma_decode_kernel 60 2 bf16"
-# profiles COUNT launches of the kernels whose name matches REGEX after skipping SKIP of them, and prints per
-# launch (P=512 N=0: of a 512-token prefill instead of decode): time, DRAM throughput, occupancy, the stall reasons' shares and the 8 SASS instructions with the most
-# samples (the instruction a warp waits at follows the load it waits for).  Found this way (BENCHMARKS.md, sixth
+# profiles COUNT launches of the kernels whose name matches REGEX after skipping SKIP of them (P=512 N=0: in a
+# 512-token prefill instead of decode), and prints per launch: time, DRAM throughput, occupancy, the stall reasons'
+# shares and the 8 SASS instructions with the most samples (the instruction a warp waits at follows the load it
+# waits for).  Found this way (BENCHMARKS.md, sixth
 # session): the bf16 decode kernel waiting on its input's loads, decode attention waiting on instruction fetch.
 G=/tmp/gp
 PACK=${PACK:-.gpu/pack.tar.xz}

@@ -267,8 +267,8 @@ struct ploader {
 #pragma unroll
         for (int u = 0; u < WU; u++) {
             const bool ok = win && 8 * u < wrow;
-            cp16(sb + XCH * 16 + (threadIdx.x + u * PTHREADS) * 16, ok ? wp + (8 * u * cols + c0) * ESZ : (const char *)W,
-                 ok);
+            const char *src = ok ? wp + (8 * u * cols + c0) * ESZ : (const char *)W;
+            cp16(sb + XCH * 16 + (threadIdx.x + u * PTHREADS) * 16, src, ok);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
