@@ -9,8 +9,8 @@
 # profiles COUNT launches of the kernels whose name matches REGEX after skipping SKIP of them (P=512 N=0: in a
 # 512-token prefill instead of decode), and prints per launch: time, DRAM throughput, occupancy, the stall reasons'
 # shares and the 8 SASS instructions with the most samples (the instruction a warp waits at follows the load it
-# waits for).  Found this way (BENCHMARKS.md, sixth
-# session): the bf16 decode kernel waiting on its input's loads, decode attention waiting on instruction fetch.
+# waits for).  Found this way (BENCHMARKS.md, sixth session): the bf16 decode kernel waiting on its input's loads,
+# decode attention waiting on instruction fetch.
 G=/tmp/gp
 PACK=${PACK:-.gpu/pack.tar.xz}
 [ -x $G/bin/genparity ] || { mkdir -p $G &&
