@@ -282,7 +282,9 @@ __device__ __forceinline__ void pround(float (&acc)[TT][TR], const char *sb, int
     enum { E = V::E, Q = E / 4 };
     const float4 *xs = (const float4 *)sb;
     const char *ws = sb + PT * 8 * E * 16;
-#pragma unroll
+    /* (bf16 weights: the halves as a loop; unrolled, the compiler spilled and the kernel was 10% slower, while f16
+     * weights, with their conversions, lose 7% from the loop: BENCHMARKS.md) */
+#pragma unroll(DT == GP_CU_BF16 ? 1 : Q)
     for (int q = 0; q < Q; q++) {
         float4 xr[TT];
 #pragma unroll
