@@ -238,7 +238,8 @@ __device__ __forceinline__ void cp16(void *dst, const void *src, bool valid) {
  * with q = c % Q, Q = E / 4 (slot-major, so lane l's float4 reads are conflict-free), weight vector l of row i at
  * [i][l].  Thread tid takes input chunks tid + u PTHREADS (chunk c of tokens tx + u XT) and weight vectors tid + u
  * PTHREADS (vector lw of rows rw + 8 u); only the column moves from round to round, so the addresses are set up
- * once.  Tokens, rows and vectors past the end are zeros (never stored; a zero product adds nothing to a sum). */
+ * once.  Tokens, rows and vectors past the end are zeros (the sums of the first two are never stored; a lane
+ * without a vector in the round skips the round: matmul_tiled_kernel). */
 template <int E, int ESZ>
 struct ploader {
     enum { Q = E / 4, XCH = PT * 8 * E, XT = PTHREADS / (8 * E), XU = XCH / PTHREADS, WU = PR * 32 / PTHREADS };
@@ -352,7 +353,8 @@ __global__ void __launch_bounds__(PTHREADS, 2)
         const int64_t jn = j + PSTAGES - 1;
         if (jn < nr) ld.load(psm + (jn % PSTAGES) * PSTAGE_BYTES(E), jn, x, W, cols);
         else asm volatile("cp.async.commit_group;" ::: "memory");
-        pround<DT>(acc, psm + (j % PSTAGES) * PSTAGE_BYTES(E), wt, wr, lane, mode & GP_CU_ROUNDW);
+        if (j * 32 + lane < cols / E) /* (a lane past the last vector adds nothing, as in decode: not even zeros) */
+            pround<DT>(acc, psm + (j % PSTAGES) * PSTAGE_BYTES(E), wt, wr, lane, mode & GP_CU_ROUNDW);
     }
     float v[TT * TR];
 #pragma unroll
