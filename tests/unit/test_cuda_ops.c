@@ -152,7 +152,7 @@ static float *run_linear(int b, int32_t compute, const gp_linear *h, const float
  * the bits it has inside the chunk. */
 static double linear_case(gp_wfmt f, int bits, int group, int64_t R, int64_t K, int variant, int32_t compute,
                           int *chunk_ok) {
-    enum { N = 45 }; /* more than one tile of tokens of the tiled prefill kernel (32) */
+    enum { N = 45 }; /* several tiles of tokens of the tiled prefill kernel (16 a tile), the last one partial */
     gp_linear h = {host_wt(f, R, K, bits, group, (uint32_t)(R * 7 + K + bits)), {0}, NULL, 0};
     gp_lora lo[2];
     if (variant >= 1) h.bias = host_wt(GP_WFMT_BF16, 1, R, 0, 0, 99);
