@@ -15,9 +15,8 @@
 #include <stdint.h>
 #include <type_traits>
 
-/* The handle's stream, and its recorder (cuda_rt.cu): a decode step's launches recorded and replayed as a CUDA graph. */
+/* The handle's recorder (cuda_rt.cu): a decode step's launches recorded and replayed as a CUDA graph. */
 extern "C" {
-cudaStream_t gp_cu_stream(gp_cu *d);
 int gp_cu_recording(gp_cu *d);
 int gp_cu_rec_begin(gp_cu *d, const void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, size_t shmem, size_t arg_bytes, unsigned nparams);

@@ -49,8 +49,6 @@ struct gp_cu {
     uint64_t stats[3];     /* steps replayed, graphs built, steps launched one by one */
 };
 
-extern "C" cudaStream_t gp_cu_stream(gp_cu *d) { return d->s; }
-
 /* ---- decode steps as CUDA graphs ----
  * While a step records (gp_cu_record .. gp_cu_sync), launch() appends each kernel launch with its argument values
  * instead of launching it.  The sync flushes the step: when it equals the last flushed step launch for launch and
