@@ -26,11 +26,36 @@ void gp_cu_rec_arg(gp_cu *d, const void *v, size_t size, size_t align);
  * allowed (the one launch every kernel goes through, recorded steps' included); returns the CUDA error. */
 cudaError_t gp_cu_launch(gp_cu *d, const void *func, dim3 grid, dim3 block, size_t shmem, void **args);
 
+#ifdef GP_CU_TRACE
+/* Diagnostic builds only (make cuda CUDA_ARCH="-arch=sm_90 -DGP_CU_TRACE", tools/cuda_timeline.sh): every block's
+ * thread 0 takes a ticket after its wait and stores the global timer at it.  Kernels pass their waits in launch
+ * order, so one launch's tickets are contiguous; the runtime maps them back with its launch log, written at exit. */
+#define GP_TRACE_CAP (1u << 22)
+extern "C" void gp_cu_trace_register(void (*set)(unsigned long long *));
+static __device__ unsigned long long *g_trace;
+static void trace_set(unsigned long long *p) { cudaMemcpyToSymbol(g_trace, &p, sizeof p); }
+namespace {
+struct trace_reg {
+    trace_reg() { gp_cu_trace_register(trace_set); }
+} trace_reg_inst;
+}
+__device__ __forceinline__ void trace_mark() {
+    if (threadIdx.x || !g_trace) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const unsigned i = atomicAdd((unsigned *)g_trace, 1u);
+    if (i < GP_TRACE_CAP) g_trace[1 + i] = t;
+}
+#else
+__device__ __forceinline__ void trace_mark() {}
+#endif
+
 /* First statements of every kernel: wait for the previous kernel of the stream, then let the next one be scheduled.
  * Both are no-ops for a kernel launched without the programmatic attribute.  Reads of what no kernel writes (the
  * weights) may come before it: the decode projections load their first weights, then call it. */
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    trace_mark();
     asm volatile("griddepcontrol.launch_dependents;" :::);
 }
 

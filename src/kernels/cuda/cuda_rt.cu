@@ -92,7 +92,59 @@ static void rec_free(cu_recording *c) {
     memset(c, 0, sizeof *c);
 }
 
+#ifdef GP_CU_TRACE
+/* The launch log of a diagnostic build (GP_CU_TRACE, cuda_launch.cuh): kernel and block count of each launch when
+ * $GP_CU_TRACE_FILE is set, written there with the first and last pass of its blocks at exit (tools/cuda_timeline.py
+ * reads it; launches one by one: GENPARITY_CUDA_GRAPH=0).  Never built into the library. */
+static void (*trace_sets[16])(unsigned long long *);
+static int n_trace_sets;
+static unsigned long long *trace_buf;
+static struct { const void *f; unsigned blocks; } *trace_log;
+static size_t n_log;
+extern "C" void gp_cu_trace_register(void (*set)(unsigned long long *)) {
+    if (n_trace_sets < 16) trace_sets[n_trace_sets++] = set;
+}
+static void trace_dump(void) {
+    const char *fn = getenv("GP_CU_TRACE_FILE");
+    if (!fn || !trace_buf) return;
+    cudaDeviceSynchronize();
+    unsigned long long *h = (unsigned long long *)malloc((GP_TRACE_CAP + 1) * 8ull);
+    cudaMemcpy(h, trace_buf, (GP_TRACE_CAP + 1) * 8ull, cudaMemcpyDeviceToHost);
+    FILE *f = fopen(fn, "w");
+    unsigned long long t = 0, nt = h[0] & 0xffffffffu;
+    for (size_t i = 0; f && i < n_log && t + trace_log[i].blocks <= nt && t + trace_log[i].blocks <= GP_TRACE_CAP;
+         i++) {
+        unsigned long long lo = ~0ull, hi = 0;
+        for (unsigned b = 0; b < trace_log[i].blocks; b++) {
+            const unsigned long long v = h[1 + t + b];
+            lo = v < lo ? v : lo, hi = v > hi ? v : hi;
+        }
+        const char *name = "?";
+        cudaFuncGetName(&name, trace_log[i].f);
+        fprintf(f, "%zu %u %llu %llu %s\n", i, trace_log[i].blocks, lo, hi, name);
+        t += trace_log[i].blocks;
+    }
+    if (f) fclose(f);
+    free(h);
+}
+static void trace_launch(const void *func, dim3 grid) {
+    if (!getenv("GP_CU_TRACE_FILE")) return;
+    if (!trace_buf) {
+        cudaMalloc(&trace_buf, (GP_TRACE_CAP + 1) * 8ull);
+        cudaMemset(trace_buf, 0, (GP_TRACE_CAP + 1) * 8ull);
+        cudaDeviceSynchronize();
+        for (int i = 0; i < n_trace_sets; i++) trace_sets[i](trace_buf);
+        trace_log = (decltype(trace_log))calloc(1 << 22, sizeof *trace_log);
+        atexit(trace_dump);
+    }
+    if (n_log < (1u << 22)) trace_log[n_log].f = func, trace_log[n_log++].blocks = grid.x * grid.y * grid.z;
+}
+#endif
+
 cudaError_t gp_cu_launch(gp_cu *d, const void *func, dim3 grid, dim3 block, size_t shmem, void **args) {
+#ifdef GP_CU_TRACE
+    trace_launch(func, grid);
+#endif
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
