@@ -302,7 +302,9 @@ static void cu_linear_glu(gp_ws *ws, float *y, float *tmp, const float *x, const
                           const gp_linear *gate, const gp_linear *up, int32_t n, gp_act act) {
     const int plain = n == 1 && !gate->n_lora && !up->n_lora;
     const gp_cu_wt g = cw(&gate->w), bg = cw(&gate->bias), u = cw(&up->w), bu = cw(&up->bias);
-    const int a = act == GP_ACT_SILU ? GP_CU_ACT_SILU : GP_CU_ACT_GELU_TANH, mode = linear_mode(ws, gate);
+    /* (EARLY: the op after the feed-forward's first half is its down projection) */
+    const int a = act == GP_ACT_SILU ? GP_CU_ACT_SILU : GP_CU_ACT_GELU_TANH;
+    const int mode = linear_mode(ws, gate) | GP_CU_EARLY;
     gp_cu_norm nb;
     int (*const fused)(gp_cu *, float *, const float *, const gp_cu_norm *, const gp_cu_wt *, const gp_cu_wt *,
                        const gp_cu_wt *, const gp_cu_wt *, int32_t, int) =
@@ -322,7 +324,10 @@ static void cu_add(gp_ws *ws, float *y, const float *x, int64_t n) {
 static void cu_linear_add(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L, int32_t n) {
     if (!L->n_lora) { /* the product added in the kernel: linear then add, the same two roundings */
         const gp_cu_wt W = cw(&L->w), B = cw(&L->bias);
-        check(ws, gp_cu_matmul(ws_of(ws)->d, y, x, &W, &B, n, GP_CU_ACC | linear_mode(ws, L), 1.0f), "linear_add");
+        /* EARLY: a residual add is followed by a norm, a projection or an element-wise op (never attention, whose
+         * early staging needs its predecessor to trigger late: pdl_enter) */
+        const int mode = GP_CU_ACC | linear_mode(ws, L) | (n == 1 ? GP_CU_EARLY : 0);
+        check(ws, gp_cu_matmul(ws_of(ws)->d, y, x, &W, &B, n, mode, 1.0f), "linear_add");
         return;
     }
     cu_linear(ws, tmp, x, L, n);

@@ -27,7 +27,7 @@ void gp_cu_rec_arg(gp_cu *d, const void *v, size_t size, size_t align);
 cudaError_t gp_cu_launch(gp_cu *d, const void *func, dim3 grid, dim3 block, size_t shmem, void **args);
 
 #ifdef GP_CU_TRACE
-/* Diagnostic builds only (make cuda CUDA_ARCH="-arch=sm_90 -DGP_CU_TRACE", tools/cuda_timeline.sh): every block's
+/* Diagnostic builds only (make cuda CUDA_ARCH="-arch=sm_90 -DGP_CU_TRACE", tools/cuda_timeline.py): every block's
  * thread 0 takes a ticket after its wait and stores the global timer at it.  Kernels pass their waits in launch
  * order, so one launch's tickets are contiguous; the runtime maps them back with its launch log, written at exit. */
 #define GP_TRACE_CAP (1u << 22)
@@ -52,11 +52,16 @@ __device__ __forceinline__ void trace_mark() {}
 
 /* First statements of every kernel: wait for the previous kernel of the stream, then let the next one be scheduled.
  * Both are no-ops for a kernel launched without the programmatic attribute.  Reads of what no kernel writes (the
- * weights) may come before it: the decode projections load their first weights, then call it. */
-__device__ __forceinline__ void pdl_enter() {
+ * weights) may come before it: the decode projections load their first weights, then call it.  early: the next
+ * kernel is let in before the wait (GP_CU_EARLY), so its blocks can be resident and loading their weights when this
+ * one's wait returns.  The default keeps a guarantee the decode attention's early staging relies on: a kernel's code
+ * before its wait runs only once every kernel before its predecessor has finished (completion implies the wait, so
+ * the guarantee holds as long as the predecessor of a kernel that reads cached rows early is not an early one). */
+__device__ __forceinline__ void pdl_enter(bool early = false) {
+    if (early) asm volatile("griddepcontrol.launch_dependents;" :::);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     trace_mark();
-    asm volatile("griddepcontrol.launch_dependents;" :::);
+    if (!early) asm volatile("griddepcontrol.launch_dependents;" :::);
 }
 
 /* kernel<<<grid, block, shmem, d's stream>>>(args...) with programmatic stream serialization allowed; while d records

@@ -128,7 +128,7 @@ __device__ __forceinline__ void row_dot(float *__restrict__ acc, const void *__r
  * prep(), which returns the input x. */
 template <int DT, int R, typename Prep>
 __device__ __forceinline__ void dot1(float *__restrict__ acc, const void *const *W, int64_t r, bool active,
-                                     int64_t cols, int lane, int roundw, Prep prep) {
+                                     int64_t cols, int lane, int roundw, Prep prep, bool early = false) {
     typedef vec_traits<DT> V;
     enum { U = 4 / R };
     const int64_t nv = cols / V::E;
@@ -170,7 +170,7 @@ __device__ __forceinline__ void dot1(float *__restrict__ acc, const void *const 
     };
     enum { STEP = 32 * U };
     if (active) load(wa, lane), load(wb, lane + STEP);
-    pdl_enter();
+    pdl_enter(early);
     const float *x = prep();
     if (!active) return;
     for (int64_t v0 = lane; v0 < nv; v0 += 2 * STEP) {
@@ -192,14 +192,15 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
     if (r >= rows) {
-        if (T == 1 && VEC) pdl_enter();
+        if (T == 1 && VEC) pdl_enter((mode & GP_CU_EARLY) != 0);
         return;
     }
     const int32_t t0 = blockIdx.y * T;
     const int nt = n - t0 < T ? n - t0 : T;
     float acc[T];
     const void *const W1[1] = {W};
-    if (T == 1 && VEC) dot1<DT, 1>(acc, W1, r, true, cols, lane, mode & GP_CU_ROUNDW, [&] { return x; });
+    if (T == 1 && VEC)
+        dot1<DT, 1>(acc, W1, r, true, cols, lane, mode & GP_CU_ROUNDW, [&] { return x; }, (mode & GP_CU_EARLY) != 0);
     else row_dot<DT, T, VEC>(acc, W, r, x, cols, t0, nt, lane, mode & GP_CU_ROUNDW);
     const float b = bias ? wt_at(bias, bias_dt, r) : 0.0f;
 #pragma unroll
@@ -649,7 +650,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     norm_prefetch<NORM>(ne, nm, cols);
     /* the gate's and the up row's loads together */
     dot1<DT, 2>(gu, W, r, r < rows, cols, lane, mode & GP_CU_ROUNDW,
-                [&] { return input_of<NORM>(x, xs, cols, nm, ne); });
+                [&] { return input_of<NORM>(x, xs, cols, nm, ne); }, (mode & GP_CU_EARLY) != 0);
     if (r >= rows) return;
     const float gv = mm_val(warp_sum(gu[0]), bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
     const float uv = mm_val(warp_sum(gu[1]), bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);

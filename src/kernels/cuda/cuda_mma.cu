@@ -133,7 +133,7 @@ struct mma_parts {
  * prep(), which may synchronize the block and returns the input x (read as XIN says). */
 template <int DT, int XIN, typename Prep>
 __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict__ W, int64_t wr, int64_t cols,
-                                             int32_t n, int chain, int g, int c, Prep prep) {
+                                             int32_t n, int chain, int g, int c, Prep prep, bool early = false) {
     const int64_t nch = (cols + 31) / 32;
     acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
     uint4 b[DEC_UNR], a[DEC_UNR], a8[DEC_UNR];
@@ -145,7 +145,7 @@ __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict_
         }
     };
     load_w(chain);
-    pdl_enter();
+    pdl_enter(early);
     const float *x = prep();
     for (int64_t j0 = chain; j0 < nch; j0 += (int64_t)CHAINS * DEC_UNR) {
         if (j0 != chain) load_w(j0);
@@ -198,12 +198,13 @@ __global__ void __launch_bounds__(32 * CHAINS)
     for (int k = 1; k < 3; k++)
         if (k < p.m && r0 >= rows) r0 -= rows, W = p.W[k], B = p.B[k], Y = p.Y[k], rows = p.rows[k], bdt = p.bdt[k];
     if (r0 >= rows) { /* the whole block: past the last part */
-        pdl_enter();
+        pdl_enter((mode & GP_CU_EARLY) != 0);
         return;
     }
     float acc[4];
     decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL>(acc, W, r0 + g < rows ? r0 + g : rows - 1, cols, n, warp, g, c,
-                                                  [&] { return STAGE ? stage_x(x, (uint4 *)xs, cols) : x; });
+                                                  [&] { return STAGE ? stage_x(x, (uint4 *)xs, cols) : x; },
+                                                  (mode & GP_CU_EARLY) != 0);
     if (!sum_chains(acc, part, warp, lane)) return;
 #pragma unroll
     for (int i = 0; i < 4; i++) { /* acc[i]: token g (i < 2) or g + 8, weight row r0 + 2c + (i & 1) */
@@ -230,7 +231,8 @@ __global__ void __launch_bounds__(64 * CHAINS)
     const int64_t r0 = (int64_t)blockIdx.x * 8;
     float acc[4];
     decode_chain<DT, NORM ? X_SHARED : X_GLOBAL>(acc, which ? U : G, r0 + g < rows ? r0 + g : rows - 1, cols, 1, chain,
-                                                 g, c, [&] { return input_of<NORM>(x, xs, cols, nm); });
+                                                 g, c, [&] { return input_of<NORM>(x, xs, cols, nm); },
+                                                 (mode & GP_CU_EARLY) != 0);
 #pragma unroll
     for (int i = 0; i < 4; i++) part[which][chain][lane][i] = acc[i];
     __syncthreads();

@@ -26,8 +26,9 @@ enum { GP_CU_ACT_SILU = 0, GP_CU_ACT_GELU_TANH = 1 };
  * ROUND rounds the output to bf16 (the bf16 mode's linear: sum + bf16(bias) rounded, and y + that rounded with ACC);
  * ROUNDW rounds f32/f16 weights to bf16 as they are read (the bf16 mode loads checkpoints as transformers does);
  * MMA multiplies bf16 operands on tensor cores (cuda_mma.cu: the bf16 mode, dense weights whose rows are 16-byte
- * multiples; other shapes keep the float32 kernels) */
-enum { GP_CU_ACC = 1, GP_CU_ROUND = 2, GP_CU_ROUNDW = 4, GP_CU_MMA = 8 };
+ * multiples; other shapes keep the float32 kernels); EARLY (one token) lets the next kernel be scheduled before this
+ * one's wait, for a caller whose next op reads only weights before its own wait (pdl_enter) */
+enum { GP_CU_ACC = 1, GP_CU_ROUND = 2, GP_CU_ROUNDW = 4, GP_CU_MMA = 8, GP_CU_EARLY = 16 };
 #define GP_CU_ATTN_SPLIT 64 /* keys per attention split (fixed absolute boundaries) */
 
 typedef struct gp_cu gp_cu; /* one stream on one device, and the bf16 mode of the ops enqueued through it */
