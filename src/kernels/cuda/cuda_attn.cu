@@ -299,6 +299,13 @@ __device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, int32_t p, int3
     }
 }
 
+/* atomicAdd(p, 1) with acquire-release semantics at device scope; returns the old value. */
+__device__ __forceinline__ uint32_t ticket_acq_rel(uint32_t *p) {
+    uint32_t old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+    return old;
+}
+
 /* Decode: grid (splits of the call, kv heads); warp w < G = query head kvh * G + w; the per-step values from var
  * when it is given (a recorded step), else from a and pl.  Each block writes its split's
  * partial (m, l, acc [hd]) of every head of the group to part[(h, b)] (m = -inf when the split has no key for the
@@ -354,9 +361,10 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
         for (int k = 0; k < NE; k++)
             if (lane + 32 * k < hd) part[2 + lane + 32 * k] = acc[0][k];
     }
-    __threadfence(); /* this block's partials are visible before its ticket */
+    /* the ticket: a release of the block's partials (the barrier orders them before it) and, for the last block, an
+     * acquire of the others' (instead of a full fence, __threadfence, then a relaxed atomicAdd) */
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(a.count + kvh, 1u) == (uint32_t)ns - 1;
+    if (threadIdx.x == 0) last = ticket_acq_rel(a.count + kvh) == (uint32_t)ns - 1;
     __syncthreads();
     if (!last) return;
     if (threadIdx.x == 0) a.count[kvh] = 0; /* for the next call (which starts after this kernel has finished) */
