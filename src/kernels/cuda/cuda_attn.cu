@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <string.h>
@@ -258,10 +259,11 @@ __device__ __forceinline__ void finish_out(float *out, int hd, float L, const fl
 /* Split id of compact index b. */
 __device__ __forceinline__ int32_t split_id(const attn_desc_sm &d, int32_t b) { return b < d.np ? b : d.lo + (b - d.np); }
 
-/* Folds the ns partials at part [ns][hd + 2] of one (query, head) in order into out (a warp; the partials were
- * written by other blocks of this kernel, so read from L2), FOLD_BATCH splits' loads in flight together. */
+/* Folds the ns partials of one (query, head) in order into out (a warp): ld(b, i) is float i of partial b (m, l,
+ * acc [hd]), FOLD_BATCH splits' loads in flight together. */
 #define FOLD_BATCH 4
-__device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out, int bf) {
+template <typename Load>
+__device__ __forceinline__ void fold_parts_by(int32_t ns, int32_t hd, float *out, int bf, Load ld) {
     const int lane = threadIdx.x & 31;
     float M = -INFINITY, L = 0.0f, O[MAX_NE];
 #pragma unroll
@@ -270,18 +272,22 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
         float ms[FOLD_BATCH], ls[FOLD_BATCH], accs[FOLD_BATCH][MAX_NE];
 #pragma unroll
         for (int u = 0; u < FOLD_BATCH; u++) {
-            const float *ps = part + (size_t)(b0 + u) * (hd + 2);
             const bool in = b0 + u < ns;
-            ms[u] = in ? __ldcg(ps) : -INFINITY;
-            ls[u] = in ? __ldcg(ps + 1) : 0.0f;
+            ms[u] = in ? ld(b0 + u, 0) : -INFINITY;
+            ls[u] = in ? ld(b0 + u, 1) : 0.0f;
 #pragma unroll
-            for (int k = 0; k < MAX_NE; k++) accs[u][k] = in && lane + 32 * k < hd ? __ldcg(ps + 2 + lane + 32 * k) : 0.0f;
+            for (int k = 0; k < MAX_NE; k++) accs[u][k] = in && lane + 32 * k < hd ? ld(b0 + u, 2 + lane + 32 * k) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < FOLD_BATCH; u++)
             if (ms[u] != -INFINITY) fold(M, L, O, ms[u], ls[u], accs[u]);
     }
     finish_out(out, hd, L, O, bf);
+}
+
+/* fold_parts_by over part [ns][hd + 2] in global memory (written by other blocks of this kernel: read from L2). */
+__device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out, int bf) {
+    fold_parts_by(ns, hd, out, bf, [&](int32_t b, int32_t i) { return __ldcg(part + (size_t)b * (hd + 2) + i); });
 }
 
 /* The new key of kv head kvh (decode with the rope inside) by one warp: rotated in kb [head_dim] (shared memory)
@@ -306,13 +312,29 @@ __device__ __forceinline__ uint32_t ticket_acq_rel(uint32_t *p) {
     return old;
 }
 
+/* One split's partial of one (query, head) by its warp: m (-inf when it saw no key), l, acc [hd] at p. */
+template <int NE>
+__device__ __forceinline__ void put_part(float *p, int seen, float m, float l, const float *acc, int hd) {
+    const int lane = threadIdx.x & 31;
+    if (!seen) {
+        if (lane == 0) p[0] = -INFINITY, p[1] = 0.0f;
+        return;
+    }
+    if (lane == 0) p[0] = m, p[1] = l;
+#pragma unroll
+    for (int k = 0; k < NE; k++)
+        if (lane + 32 * k < hd) p[2 + lane + 32 * k] = acc[k];
+}
+
 /* Decode: grid (splits of the call, kv heads); warp w < G = query head kvh * G + w; the per-step values from var
- * when it is given (a recorded step), else from a and pl.  Each block writes its split's
- * partial (m, l, acc [hd]) of every head of the group to part[(h, b)] (m = -inf when the split has no key for the
- * query), and the last block of the kv head to finish (a ticket: which block folds varies, the fold's order does
- * not) folds them in order; a single split is folded in registers. */
-template <int STAGE_BATCH, int NE>
-__global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
+ * when it is given (a recorded step), else from a and pl.  A single split is folded in registers.  CL = 0: each
+ * block writes its split's partial (m, l, acc [hd]) of every head of the group to part[(h, b)], and the last block
+ * of the kv head to finish (a ticket: which block folds varies, the fold's order does not) folds them in order.
+ * CL > 0 (attn_cluster_kernel: the kv head's splits are one thread-block cluster of CL blocks, those past the
+ * call's splits seeing no key): the partials stay in shared memory and block 0 folds them through distributed
+ * shared memory, with the same loads and arithmetic. */
+template <int STAGE_BATCH, int NE, int CL>
+__device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_plan &pl, const attn_var *var) {
     extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] (, the new key [hd]) */
     __shared__ attn_desc_sm d;
     __shared__ uint8_t held[SPLIT];
@@ -322,22 +344,21 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     const bool head = warp < pl.G; /* warps past the group's heads only stage */
     const int32_t h = kvh * pl.G + warp;
     float *ks = smem, *vs = ks + SPLIT * pl.ld, *qs = vs + SPLIT * pl.ld + warp * hd;
-    float *part = a.part + ((size_t)h * ns + b) * (hd + 2);
     __shared__ float freq[MAX_NE * 16]; /* the rope's inverse frequencies [head_dim / 2], read before the wait */
     desc_to_smem(a, pl, var, &d); /* (var: written before the step's first kernel, so readable before the wait) */
     for (int i = threadIdx.x; a.rk && i < hd / 2; i += blockDim.x) freq[i] = a.inv_freq[i];
     __syncthreads();
     const int32_t p = d.pos0, j0 = split_id(d, b) * SPLIT;
     /* the rope inside (a.rk): the held rows are earlier steps' (staged before the wait for the kernel that writes q,
-     * k, v); then every block rotates its heads' queries, the last split's block the new key.  (One call site of
-     * stage_split: each one is a large share of the kernel's code.) */
+     * k, v); then every block rotates its heads' queries, the block of the split holding p the new key.  (One call
+     * site of stage_split: each one is a large share of the kernel's code.) */
     const bool early = a.rk != NULL;
     if (!early) pdl_enter();
     stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early ? p : -1);
     if (early) pdl_enter();
     for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
     if (early && head) rope_head_warp(qs, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, freq);
-    if (early && b == ns - 1 && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
+    if (early && j0 <= p && p < j0 + SPLIT && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
         rope_store_key(a, kvh, p, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
                        freq, pl.bf);
     __syncthreads();
@@ -353,14 +374,20 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
         if (head) finish_out<NE>(a.out + (size_t)h * hd, hd, L, O, pl.bf);
         return;
     }
-    if (head && !seen) {
-        if (lane == 0) part[0] = -INFINITY, part[1] = 0.0f;
-    } else if (head) {
-        if (lane == 0) part[0] = m, part[1] = l;
-#pragma unroll
-        for (int k = 0; k < NE; k++)
-            if (lane + 32 * k < hd) part[2 + lane + 32 * k] = acc[0][k];
+    if constexpr (CL > 0) {
+        __shared__ float ps[8][32 * NE + 2]; /* this block's partials, one per head of the group (G <= 8) */
+        if (head) put_part<NE>(ps[warp], seen, m, l, acc[0], hd);
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync(); /* every block's partials written and visible to the cluster */
+        if (b == 0 && head)
+            fold_parts_by(CL, hd, a.out + (size_t)h * hd, pl.bf,
+                          [&](int32_t r, int32_t i) { return cluster.map_shared_rank(ps[warp], (int)r)[i]; });
+        cluster.sync(); /* no block leaves (its shared memory) before block 0 has read it */
+        return;
     }
+    float *part = a.part + ((size_t)h * ns + b) * (hd + 2);
+    if (head) put_part<NE>(part, seen, m, l, acc[0], hd);
     /* the ticket: a release of the block's partials (the barrier orders them before it) and, for the last block, an
      * acquire of the others' (instead of a full fence, __threadfence, then a relaxed atomicAdd) */
     __syncthreads();
@@ -369,6 +396,19 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024) attn_split_kerne
     if (!last) return;
     if (threadIdx.x == 0) a.count[kvh] = 0; /* for the next call (which starts after this kernel has finished) */
     if (head) fold_parts(a.part + (size_t)h * ns * (hd + 2), ns, hd, a.out + (size_t)h * hd, pl.bf);
+}
+
+template <int STAGE_BATCH, int NE>
+__global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024)
+    attn_split_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
+    split_decode<STAGE_BATCH, NE, 0>(a, pl, var);
+}
+
+/* Decode with 2 to 8 splits and up to 8 query heads per kv head: grid (CL, kv heads), clusters of CL blocks. */
+template <int NE, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256)
+    attn_cluster_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
+    split_decode<8, NE, CL>(a, pl, var);
 }
 
 /* A chunk of queries: grid (query tiles, kv heads); a tile is qt queries x the G heads of kv head kvh, pairs
@@ -459,6 +499,12 @@ extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
 #define CHUNK_Q 8192
 #define ATTN_SMEM_MAX ((2 * SPLIT * (32 * MAX_NE + 4) + CHUNK_Q) * sizeof(float))
 
+/* attn_cluster_kernel<NE, CL> by [NE 2, 4, 8][CL 2, 4, 8 as CL >> 2] */
+static void (*const cluster_kernels[3][3])(gp_cu_attn, attn_plan, const attn_var *) = {
+    {attn_cluster_kernel<2, 2>, attn_cluster_kernel<2, 4>, attn_cluster_kernel<2, 8>},
+    {attn_cluster_kernel<4, 2>, attn_cluster_kernel<4, 4>, attn_cluster_kernel<4, 8>},
+    {attn_cluster_kernel<8, 2>, attn_cluster_kernel<8, 4>, attn_cluster_kernel<8, 8>}};
+
 extern "C" int gp_cu_attn_prepare(void) {
     const void *ks[] = {(const void *)attn_split_kernel<8, 2>, (const void *)attn_split_kernel<8, 4>,
                         (const void *)attn_split_kernel<8, 8>, (const void *)attn_split_kernel<1, 2>,
@@ -468,6 +514,9 @@ extern "C" int gp_cu_attn_prepare(void) {
     cudaError_t e = cudaSuccess;
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+    for (int i = 0; i < 9 && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute((const void *)cluster_kernels[i / 3][i % 3], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)ATTN_SMEM_MAX);
     return (int)e;
 }
 
@@ -507,8 +556,12 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
         gp_cu_attn c = *a;
         attn_plan pc = pl;
         const attn_var *var = step_var(d, &c, &pc);
-        if (pl.G <= 8) launch(hd <= 64 ? attn_split_kernel<8, 2> : hd <= 128 ? attn_split_kernel<8, 4> : attn_split_kernel<8, 8>,
-                              grid, blk, sh, d, c, pc, var);
+        if (pl.G <= 8 && ns >= 2 && ns <= 8) { /* one cluster of 2, 4 or 8 blocks per kv head */
+            const int cl = ns <= 2 ? 2 : ns <= 4 ? 4 : 8, ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
+            launch(cluster_kernels[ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh, d, c, pc, var);
+        } else if (pl.G <= 8)
+            launch(hd <= 64 ? attn_split_kernel<8, 2> : hd <= 128 ? attn_split_kernel<8, 4> : attn_split_kernel<8, 8>,
+                   grid, blk, sh, d, c, pc, var);
         else launch(hd <= 64 ? attn_split_kernel<1, 2> : hd <= 128 ? attn_split_kernel<1, 4> : attn_split_kernel<1, 8>,
                     grid, blk, sh, d, c, pc, var);
     } else {
