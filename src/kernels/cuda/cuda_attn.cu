@@ -9,10 +9,11 @@
  * summed over the visible keys in order), and the splits that see a key are folded in increasing order by the
  * online-softmax step (fold).  Decode runs the splits in parallel (attn_split_kernel: a block per split and kv
  * head, a warp per query head of the group, partials to scratch; it may run the rope and store the new key and
- * value first), and the last block of a kv head to finish folds them; a chunk of queries (attn_chunk_kernel) stages
- * each split once for a tile of queries and every head of a kv group, each warp running Q = 4 (query, head) pairs
- * at once (2 for heads over 128: their dependent chains interleave, the key and value reads are shared), and folds
- * in registers.  Both call the same two functions with the same operands, so a pair's bits do not depend on Q. */
+ * value first), and the last block of a kv head to finish folds them (2 to 8 splits: attn_cluster_kernel, the kv
+ * head's splits one thread-block cluster whose block 0 folds the partials from the others' shared memory); a chunk
+ * of queries (attn_chunk_kernel) stages each split once for a tile of queries and every head of a kv group, each warp
+ * running Q = 4 (query, head) pairs at once (2 for heads over 128: their dependent chains interleave, the key and
+ * value reads are shared), and folds in registers.  Both call the same two functions with the same operands, so a pair's bits do not depend on Q. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -514,9 +515,10 @@ extern "C" int gp_cu_attn_prepare(void) {
     cudaError_t e = cudaSuccess;
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
-    for (int i = 0; i < 9 && e == cudaSuccess; i++)
-        e = cudaFuncSetAttribute((const void *)cluster_kernels[i / 3][i % 3], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)ATTN_SMEM_MAX);
+    for (int i = 0; i < 9 && e == cudaSuccess; i++) {
+        const void *k = (const void *)cluster_kernels[i / 3][i % 3];
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+    }
     return (int)e;
 }
 
