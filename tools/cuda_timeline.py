@@ -32,7 +32,8 @@ def main():
         rows.append((int(f[1]), int(f[2]), int(f[3]), short(f[4])))
     big = max(r[0] for r in rows)
     cuts = [i for i, r in enumerate(rows) if r[0] == big]
-    steps = [(cuts[k] + 1, cuts[k + 1]) for k in range(len(cuts) - 1)]
+    # a step runs from after one lm_head to the next one, whose span needs the launch after it
+    steps = [(cuts[k] + 1, cuts[k + 1]) for k in range(len(cuts) - 1) if cuts[k + 1] + 1 < len(rows)]
     steps = steps[len(steps) // 3:]
     if not steps:
         sys.exit("fewer than two steps in the trace")

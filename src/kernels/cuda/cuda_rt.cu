@@ -106,10 +106,12 @@ extern "C" void gp_cu_trace_register(void (*set)(unsigned long long *)) {
 }
 static void trace_dump(void) {
     const char *fn = getenv("GP_CU_TRACE_FILE");
-    if (!fn || !trace_buf) return;
-    cudaDeviceSynchronize();
     unsigned long long *h = (unsigned long long *)malloc((GP_TRACE_CAP + 1) * 8ull);
-    cudaMemcpy(h, trace_buf, (GP_TRACE_CAP + 1) * 8ull, cudaMemcpyDeviceToHost);
+    if (!fn || !h || cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(h, trace_buf, (GP_TRACE_CAP + 1) * 8ull, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        free(h);
+        return;
+    }
     FILE *f = fopen(fn, "w");
     unsigned long long t = 0, nt = h[0] & 0xffffffffu;
     for (size_t i = 0; f && i < n_log && t + trace_log[i].blocks <= nt && t + trace_log[i].blocks <= GP_TRACE_CAP;
@@ -128,16 +130,17 @@ static void trace_dump(void) {
     free(h);
 }
 static void trace_launch(const void *func, dim3 grid) {
-    if (!getenv("GP_CU_TRACE_FILE")) return;
-    if (!trace_buf) {
-        cudaMalloc(&trace_buf, (GP_TRACE_CAP + 1) * 8ull);
-        cudaMemset(trace_buf, 0, (GP_TRACE_CAP + 1) * 8ull);
-        cudaDeviceSynchronize();
-        for (int i = 0; i < n_trace_sets; i++) trace_sets[i](trace_buf);
-        trace_log = (decltype(trace_log))calloc(1 << 22, sizeof *trace_log);
-        atexit(trace_dump);
+    static int on = -1; /* tracing: $GP_CU_TRACE_FILE set and the buffers allocated (decided at the first launch) */
+    if (on < 0) {
+        on = getenv("GP_CU_TRACE_FILE") != NULL;
+        trace_log = on ? (decltype(trace_log))calloc(GP_TRACE_CAP, sizeof *trace_log) : NULL;
+        on = trace_log && cudaMalloc(&trace_buf, (GP_TRACE_CAP + 1) * 8ull) == cudaSuccess &&
+             cudaMemset(trace_buf, 0, (GP_TRACE_CAP + 1) * 8ull) == cudaSuccess &&
+             cudaDeviceSynchronize() == cudaSuccess;
+        for (int i = 0; on && i < n_trace_sets; i++) trace_sets[i](trace_buf);
+        if (on) atexit(trace_dump);
     }
-    if (n_log < (1u << 22)) trace_log[n_log].f = func, trace_log[n_log++].blocks = grid.x * grid.y * grid.z;
+    if (on && n_log < GP_TRACE_CAP) trace_log[n_log].f = func, trace_log[n_log++].blocks = grid.x * grid.y * grid.z;
 }
 #endif
 
