@@ -223,7 +223,8 @@ typedef struct gp_backend_ops {
     void (*download)(gp_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(gp_backend *be, void *dst, const void *src, size_t bytes);
     /* Host memory that upload/download move at the link's full rate (CUDA: pinned; CPU: malloc); NULL when out of
-     * memory.  host_free(NULL) is a no-op. */
+     * memory.  Where be->host_out is set, an op may also take it as its output y (a kernel writes it directly; the
+     * host reads it once finish() returned).  host_free(NULL) is a no-op. */
     void *(*host_alloc)(gp_backend *be, size_t bytes);
     void (*host_free)(gp_backend *be, void *p);
     /* Binds a weight given as a host view (the mmap) into *out, usable by ops (CPU: *out = *view, no copy). */
@@ -290,6 +291,7 @@ struct gp_backend {
     const char *name;          /* "cpu", "cuda" */
     const gp_backend_ops *ops;
     int host_memory;           /* 1: backend memory is host memory (host pointers may be passed to ops) */
+    int host_out;              /* 1: host_alloc memory may be an op's output (CUDA: pinned, mapped memory) */
     gp_backend_params p;
     void *impl;                /* backend-private state */
 };

@@ -108,6 +108,17 @@ static void download_logits(gp_ctx *c, float *dst, const float *src, int32_t row
     memcpy(dst, c->host_logits, bytes);
 }
 
+/* Where the lm_head of `rows` rows from t0 writes: in place in host memory (the CPU); one row with nothing after the
+ * product, into the context's host buffer (a device writes it directly where be->host_out: no copy after the step);
+ * else the context's device rows, read back. */
+static float *head_out(gp_ctx *const *cs, int per_row, int32_t t0, int32_t rows, float *logits) {
+    gp_ctx *c = cs[0];
+    if (c->be->host_memory) return logits + (int64_t)t0 * c->m->cfg.n_vocab;
+    if (c->be->host_out && rows == 1 && c->m->cfg.arch.final_softcap <= 0 && !cs[per_row ? t0 : 0]->steer.bias)
+        return c->host_logits;
+    return c->logits;
+}
+
 /* The lm_head of the rows [n, E] at x (soft-capped, + the logit bias of each row's context cs[t] or cs[0]) into host
  * logits [n, V], in blocks of the context's logit rows (on the CPU one block, written in place). */
 static gp_status head(gp_ctx *const *cs, int per_row, const float *x, int32_t n, float *logits) {
@@ -118,17 +129,18 @@ static gp_status head(gp_ctx *const *cs, int per_row, const float *x, int32_t n,
     const int32_t V = cfg->n_vocab, E = cfg->n_embd;
     for (int32_t t0 = 0; t0 < n; t0 += c->logit_rows) {
         const int32_t rows = n - t0 < c->logit_rows ? n - t0 : c->logit_rows;
-        float *out = be->host_memory ? logits + (int64_t)t0 * V : c->logits; /* host memory: written in place */
+        float *out = head_out(cs, per_row, t0, rows, logits);
         B->linear(c->ws, out, x + (int64_t)t0 * E, &c->wb->lm_head, rows);
         if (cfg->arch.final_softcap > 0) B->softcap(c->ws, out, (int64_t)rows * V, cfg->arch.final_softcap);
         for (int32_t t = 0; t < rows; t++) {
             const float *bias = cs[per_row ? t0 + t : 0]->steer.bias;
             if (bias) B->add(c->ws, out + (int64_t)t * V, bias, V);
         }
-        if (out == logits + (int64_t)t0 * V) continue;
+        if (out == logits + (int64_t)t0 * V) continue; /* the caller's finish() completes it */
         gp_status s = B->finish(c->ws);
         if (s) return s;
-        download_logits(c, logits + (int64_t)t0 * V, out, rows);
+        if (out == c->host_logits) memcpy(logits + (int64_t)t0 * V, out, (size_t)V * sizeof(float));
+        else download_logits(c, logits + (int64_t)t0 * V, out, rows);
     }
     return GP_OK;
 }

@@ -44,7 +44,7 @@ typedef struct cu_ws {
     uint32_t *count;   /* [GP_CU_ATTN_MAX_KV] decode attention's split tickets (zeros between calls) */
     float *lora;       /* x A^T of one LoRA term [max_tokens * max_lora_rank] */
     int32_t *ids;      /* [max_tokens] token ids on the device */
-    int32_t *ids_host; /* [max_tokens] pinned: their copy source (an asynchronous copy) */
+    int32_t *ids_host; /* [max_tokens] pinned: their copy source (a chunk), or read by the kernel (one token) */
     int err;           /* first CUDA error of an op (0 = none); sticky */
     char msg[200];
 } cu_ws;
@@ -355,9 +355,14 @@ static void cu_embed(gp_ws *ws, float *y, const int32_t *ids, int32_t n, const g
         check(ws, 1 /* cudaErrorInvalidValue */, "embed (more ids than the chunk)");
         return;
     }
-    memcpy(w->ids_host, ids, (size_t)n * sizeof(int32_t)); /* (the previous chunk's copy is done: finish ran) */
+    memcpy(w->ids_host, ids, (size_t)n * sizeof(int32_t)); /* (the previous chunk's reads are done: finish ran) */
+    if (n == 1) { /* a decode step: recorded up to finish, replayed as a graph when it repeats; the kernel reads the
+                   * id from the pinned buffer itself (no copy to wait for) */
+        gp_cu_record(w->d);
+        check(ws, gp_cu_embed(w->d, y, w->ids_host, n, &T, scale), "embed");
+        return;
+    }
     check(ws, gp_cu_h2d_async(w->d, w->ids, w->ids_host, (size_t)n * sizeof(int32_t)), "embed (ids)");
-    if (n == 1) gp_cu_record(w->d); /* a decode step: recorded up to finish, replayed as a graph when it repeats */
     check(ws, gp_cu_embed(w->d, y, w->ids, n, &T, scale), "embed");
 }
 
@@ -488,6 +493,7 @@ gp_status gp_backend_cuda_init(int32_t dev, gp_backend **out) {
     be->name = "cuda";
     be->ops = &CUDA_OPS;
     be->host_memory = 0;
+    be->host_out = 1; /* cudaMallocHost memory: mapped, at the same address on the device (unified addressing) */
     be->p.n_threads = 1;
     be->impl = b;
     *out = be;

@@ -182,26 +182,44 @@ __device__ __forceinline__ void dot1(float *__restrict__ acc, const void *const 
     }
 }
 
+/* One token: warp w of the block computes row r0 + w (dot1), and the block's first lanes store its WARPS_PER_BLOCK
+ * outputs together (one 32-byte write, also where y is pinned host memory: the lm_head's logits). */
+template <int DT>
+__device__ __forceinline__ void matmul_one(float *__restrict__ y, const float *__restrict__ x, const void *W,
+                                           int64_t rows, int64_t cols, const void *bias, int bias_dt, int mode,
+                                           float alpha) {
+    __shared__ float ys[WARPS_PER_BLOCK];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t r0 = (int64_t)blockIdx.x * WARPS_PER_BLOCK, r = r0 + warp;
+    float acc[1];
+    const void *const W1[1] = {W};
+    dot1<DT, 1>(acc, W1, r, r < rows, cols, lane, mode & GP_CU_ROUNDW, [&] { return x; }, (mode & GP_CU_EARLY) != 0);
+    if (r < rows) {
+        const float s = warp_sum(acc[0]);
+        if (lane == 0) ys[warp] = mm_val(s, bias != NULL, bias ? wt_at(bias, bias_dt, r) : 0.0f, mode, alpha);
+    }
+    __syncthreads();
+    if (threadIdx.x < WARPS_PER_BLOCK && r0 + threadIdx.x < rows) mm_store(y + r0 + threadIdx.x, ys[threadIdx.x], mode);
+}
+
 /* Grid (ceil(rows / WARPS_PER_BLOCK), ceil(n / T)); warp = row, blockIdx.y = tile of T tokens.  VEC: the 16-byte
  * path (cols a multiple of the vector width, rows 16-byte aligned), else one element per lane per step. */
 template <int DT, int T, bool VEC>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
     matmul_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ W, int64_t rows,
                   int64_t cols, const void *__restrict__ bias, int bias_dt, int32_t n, int mode, float alpha) {
-    if (!(T == 1 && VEC)) pdl_enter(); /* (dot1 calls it after its first weight loads) */
-    const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
-    if (r >= rows) {
-        if (T == 1 && VEC) pdl_enter((mode & GP_CU_EARLY) != 0);
+    if (T == 1 && VEC) { /* (dot1 calls pdl_enter after its first weight loads) */
+        matmul_one<DT>(y, x, W, rows, cols, bias, bias_dt, mode, alpha);
         return;
     }
+    pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    if (r >= rows) return;
     const int32_t t0 = blockIdx.y * T;
     const int nt = n - t0 < T ? n - t0 : T;
     float acc[T];
-    const void *const W1[1] = {W};
-    if (T == 1 && VEC)
-        dot1<DT, 1>(acc, W1, r, true, cols, lane, mode & GP_CU_ROUNDW, [&] { return x; }, (mode & GP_CU_EARLY) != 0);
-    else row_dot<DT, T, VEC>(acc, W, r, x, cols, t0, nt, lane, mode & GP_CU_ROUNDW);
+    row_dot<DT, T, VEC>(acc, W, r, x, cols, t0, nt, lane, mode & GP_CU_ROUNDW);
     const float b = bias ? wt_at(bias, bias_dt, r) : 0.0f;
 #pragma unroll
     for (int t = 0; t < T; t++) {

@@ -206,6 +206,13 @@ __global__ void __launch_bounds__(32 * CHAINS)
                                                   [&] { return STAGE ? stage_x(x, (uint4 *)xs, cols) : x; },
                                                   (mode & GP_CU_EARLY) != 0);
     if (!sum_chains(acc, part, warp, lane)) return;
+    if (n == 1) { /* lane l < 8 stores row r0 + l (lane l / 2's acc[l & 1]): one 32-byte write, also to pinned memory */
+        const float v0 = __shfl_sync(0xffffffffu, acc[0], lane >> 1), v1 = __shfl_sync(0xffffffffu, acc[1], lane >> 1);
+        const int64_t r = r0 + lane;
+        if (lane < 8 && r < rows)
+            mm_store(Y + r, mm_val(lane & 1 ? v1 : v0, B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, alpha), mode);
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < 4; i++) { /* acc[i]: token g (i < 2) or g + 8, weight row r0 + 2c + (i & 1) */
         const int32_t t = g + (i >> 1) * 8;
