@@ -9,7 +9,7 @@ Read it:                             python3 tools/cuda_timeline.py t.txt [--ste
 Each line of the trace is one launch: index, blocks, the first and the last time (ns, the GPU's global timer) a block
 of it passed its wait for the previous kernel, and the kernel's name.  Kernels pass their waits in launch order, so
 "span" = the next launch's first pass minus this one's is the time the kernel held the chain (its own work after
-the wait plus the hand-over to the next).  Steps are cut at the largest launch (the lm_head); the first third is
+the wait plus the hand-over to the next).  Steps are cut at the one-token embeddings (1 block); the first third is
 left out (warm-up).  Prints the mean span per kernel and block count over the steps, and with --steps the mean per
 position in the step."""
 import collections
@@ -30,10 +30,9 @@ def main():
     for line in open(sys.argv[1]):
         f = line.split()
         rows.append((int(f[1]), int(f[2]), int(f[3]), short(f[4])))
-    big = max(r[0] for r in rows)
-    cuts = [i for i, r in enumerate(rows) if r[0] == big]
-    # a step runs from after one lm_head to the next one, whose span needs the launch after it
-    steps = [(cuts[k] + 1, cuts[k + 1]) for k in range(len(cuts) - 1) if cuts[k + 1] + 1 < len(rows)]
+    cuts = [i for i, r in enumerate(rows) if r[3] == "embed_kernel" and r[0] == 1]
+    # a step runs from one decode embedding to the launch before the next (whose first pass ends the last span)
+    steps = [(cuts[k], cuts[k + 1] - 1) for k in range(len(cuts) - 1)]
     steps = steps[len(steps) // 3:]
     if not steps:
         sys.exit("fewer than two steps in the trace")
