@@ -128,6 +128,41 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
     }
 }
 
+/* split_warp's probabilities x values with the probabilities through the warp's shared buffer pb [Q][SPLIT] instead
+ * of a shuffle per key and pair: the same products, in the same order (key i of pair q when visible, v[q]), so the
+ * same bits; a broadcast read gives 4 keys' probabilities. */
+template <int Q, int NE>
+__device__ __forceinline__ void pv_shared(float *pb, const float (*pr)[2], const unsigned (*v)[2], const float *vs,
+                                          int32_t ld, int32_t hd, uint64_t seen_any, float (*acc)[NE]) {
+    const int lane = threadIdx.x & 31;
+    __syncwarp(); /* (the previous split's reads of pb are done) */
+#pragma unroll
+    for (int q = 0; q < Q; q++) pb[q * SPLIT + lane] = pr[q][0], pb[q * SPLIT + 32 + lane] = pr[q][1];
+    __syncwarp();
+    for (int i0 = 0; i0 < SPLIT && (seen_any >> i0); i0 += 4) {
+        float4 pq[Q];
+        float vv[4][NE];
+#pragma unroll
+        for (int q = 0; q < Q; q++) pq[q] = *(const float4 *)(pb + q * SPLIT + i0);
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int k = 0; k < NE; k++) vv[u][k] = lane + 32 * k < hd ? vs[(i0 + u) * ld + lane + 32 * k] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = i0 + u;
+#pragma unroll
+            for (int q = 0; q < Q; q++) {
+                if (!(((i < 32 ? v[q][0] : v[q][1]) >> (i & 31)) & 1u)) continue;
+                const float pi = u == 0 ? pq[q].x : u == 1 ? pq[q].y : u == 2 ? pq[q].z : pq[q].w;
+#pragma unroll
+                for (int k = 0; k < NE; k++)
+                    if (lane + 32 * k < hd) acc[q][k] = fmaf(pi, vv[u][k], acc[q][k]);
+            }
+        }
+    }
+}
+
 /* One split of Q (query at position p[q], head) pairs by one warp from the staged split (keys j0 .. j0 + 63): for each
  * pair that sees a key of it (seen[q] = 1; else 0 and nothing written) m[q] (the max score, scaled in flash mode),
  * l[q] (the sum of exponentials) and acc[q][k] (unnormalized output element lane + 32 k, k < NE).  Every pair's
@@ -136,7 +171,8 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
 template <int Q, int NE, int PV_BATCH>
 __device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan &pl, const float *const *qs,
                                            const float *ks, const float *vs, const uint8_t *held, int32_t j0,
-                                           const int32_t *p, int *seen, float *m, float *l, float (*acc)[NE]) {
+                                           const int32_t *p, int *seen, float *m, float *l, float (*acc)[NE],
+                                           float *pb = NULL) {
     const int lane = threadIdx.x & 31, hd = a.head_dim, ld = pl.ld;
     /* bf16 mode without soft-capping: sdpa's flash softmax, p = 2^(score * scale * log2 e - max * scale * log2 e) */
     const bool flash = pl.bf && a.softcap <= 0;
@@ -212,25 +248,29 @@ __device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan 
     uint64_t seen_any = 0;
 #pragma unroll
     for (int q = 0; q < Q; q++) seen_any |= (uint64_t)v[q][0] | (uint64_t)v[q][1] << 32;
-    for (int i0 = 0; i0 < SPLIT && (seen_any >> i0); i0 += PV_BATCH) {
-        float vv[PV_BATCH][NE], pi[PV_BATCH][Q];
+    if constexpr (PV_BATCH == 0) /* the same through the warp's shared buffer */
+        pv_shared<Q, NE>(pb, pr, v, vs, ld, hd, seen_any, acc);
+    else {
+        for (int i0 = 0; i0 < SPLIT && (seen_any >> i0); i0 += PV_BATCH) {
+            float vv[PV_BATCH][NE], pi[PV_BATCH][Q];
 #pragma unroll
-        for (int u = 0; u < PV_BATCH; u++) {
-            const int i = i0 + u;
+            for (int u = 0; u < PV_BATCH; u++) {
+                const int i = i0 + u;
 #pragma unroll
-            for (int k = 0; k < NE; k++) vv[u][k] = lane + 32 * k < hd ? vs[i * ld + lane + 32 * k] : 0.0f;
+                for (int k = 0; k < NE; k++) vv[u][k] = lane + 32 * k < hd ? vs[i * ld + lane + 32 * k] : 0.0f;
 #pragma unroll
-            for (int q = 0; q < Q; q++) pi[u][q] = __shfl_sync(0xffffffffu, i < 32 ? pr[q][0] : pr[q][1], i & 31);
-        }
+                for (int q = 0; q < Q; q++) pi[u][q] = __shfl_sync(0xffffffffu, i < 32 ? pr[q][0] : pr[q][1], i & 31);
+            }
 #pragma unroll
-        for (int u = 0; u < PV_BATCH; u++) {
-            const int i = i0 + u;
+            for (int u = 0; u < PV_BATCH; u++) {
+                const int i = i0 + u;
 #pragma unroll
-            for (int q = 0; q < Q; q++) {
-                if (!(((i < 32 ? v[q][0] : v[q][1]) >> (i & 31)) & 1u)) continue;
+                for (int q = 0; q < Q; q++) {
+                    if (!(((i < 32 ? v[q][0] : v[q][1]) >> (i & 31)) & 1u)) continue;
 #pragma unroll
-                for (int k = 0; k < NE; k++)
-                    if (lane + 32 * k < hd) acc[q][k] = fmaf(pi[u][q], vv[u][k], acc[q][k]);
+                    for (int k = 0; k < NE; k++)
+                        if (lane + 32 * k < hd) acc[q][k] = fmaf(pi[u][q], vv[u][k], acc[q][k]);
+                }
             }
         }
     }
@@ -413,7 +453,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256)
     split_decode<8, NE, CL>(a, pl, var);
 }
 
-/* A chunk of queries: grid (query tiles, kv heads); a tile is qt queries x the G heads of kv head kvh, pairs
+/* A chunk of queries: grid (kv heads, query tiles); a tile is qt queries x the G heads of kv head kvh, pairs
  * (query t0 + i / G, head kvh * G + i % G) for i < qt G, of which warp w runs w, w + nw, ..., Q at a time.  The
  * block stages each split its queries may see once and every pair folds it in registers. */
 template <int Q, int NE>
@@ -422,9 +462,11 @@ __global__ void __launch_bounds__(512) attn_chunk_kernel(gp_cu_attn a, attn_plan
     extern __shared__ float smem[];
     __shared__ attn_desc_sm d;
     __shared__ uint8_t held[SPLIT];
-    const int32_t kvh = blockIdx.y, hd = a.head_dim, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int32_t pairs = qt * pl.G, t0 = blockIdx.x * qt;
+    /* the tiles with the most keys first (blocks start in index order; the short ones fill the last wave) */
+    const int32_t kvh = blockIdx.x, hd = a.head_dim, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int32_t pairs = qt * pl.G, t0 = (gridDim.y - 1 - blockIdx.y) * qt;
     float *ks = smem, *vs = ks + SPLIT * pl.ld, *qsm = vs + SPLIT * pl.ld; /* queries [pairs][hd] */
+    float *pb = qsm + pairs * hd + warp * Q * SPLIT;                       /* this warp's probabilities [Q][SPLIT] */
     desc_to_smem(a, pl, NULL, &d);
     int32_t t[Q], h[Q], p[Q]; /* this warp's pairs: query, head, position (-1: none) */
     const float *qs[Q];
@@ -461,7 +503,7 @@ __global__ void __launch_bounds__(512) attn_chunk_kernel(gp_cu_attn a, attn_plan
 #pragma unroll
         for (int q = 0; q < Q; q++) ps[q] = p[q] >= s * SPLIT ? p[q] : -1, any |= ps[q] >= 0;
         if (!any) continue;
-        split_warp<Q, NE, Q >= 4 ? 1 : 2>(a, pl, qs, ks, vs, held, s * SPLIT, ps, seen, m, l, acc);
+        split_warp<Q, NE, 0>(a, pl, qs, ks, vs, held, s * SPLIT, ps, seen, m, l, acc, pb);
 #pragma unroll
         for (int q = 0; q < Q; q++)
             if (seen[q]) fold<NE>(M[q], L[q], O[q], m[q], l[q], acc[q]);
@@ -496,10 +538,14 @@ extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
     return (size_t)a->n * a->n_heads * (size_t)(m.np + m.hi - m.lo + 1) * (size_t)(a->head_dim + 2);
 }
 
-/* Largest dynamic shared memory the attention kernels take: staged split tiles of head_dim 256 and CHUNK_Q query
- * elements (a chunk tile's pairs x head_dim, or a decode group's heads). */
+/* Largest dynamic shared memory the attention kernels take: staged split tiles of head_dim 256, CHUNK_Q query
+ * elements (a chunk tile's pairs x head_dim, or a decode group's heads) and a chunk's probabilities (16 warps x Q
+ * pairs x SPLIT, Q <= 4). */
 #define CHUNK_Q 8192
-#define ATTN_SMEM_MAX ((2 * SPLIT * (32 * MAX_NE + 4) + CHUNK_Q) * sizeof(float))
+#ifndef GP_CHUNK_WARPS
+#define GP_CHUNK_WARPS 16
+#endif
+#define ATTN_SMEM_MAX ((2 * SPLIT * (32 * MAX_NE + 4) + CHUNK_Q + 16 * 4 * SPLIT) * sizeof(float))
 
 /* attn_cluster_kernel<NE, CL> by [NE 2, 4, 8][CL 2, 4, 8 as CL >> 2] */
 static void (*const cluster_kernels[3][3])(gp_cu_attn, attn_plan, const attn_var *) = {
@@ -570,11 +616,11 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
     } else {
         if (pl.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
         /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
-        const int32_t hd = a->head_dim, Q = hd <= 128 ? 4 : 2, qt = 16 * Q / pl.G, pairs = qt * pl.G;
+        const int32_t hd = a->head_dim, Q = hd <= 128 ? 4 : 2, qt = GP_CHUNK_WARPS * Q / pl.G, pairs = qt * pl.G;
         const int32_t warps = (pairs + Q - 1) / Q;
-        const size_t sh = tiles + (size_t)pairs * hd * sizeof(float);
+        const size_t sh = tiles + ((size_t)pairs * hd + (size_t)warps * Q * SPLIT) * sizeof(float);
         if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
-        const dim3 grid((unsigned)((a->n + qt - 1) / qt), (unsigned)a->n_kv), blk(32 * warps);
+        const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * warps);
         if (hd <= 64) launch(attn_chunk_kernel<4, 2>, grid, blk, sh, d, *a, pl, qt);
         else if (hd <= 128) launch(attn_chunk_kernel<4, 4>, grid, blk, sh, d, *a, pl, qt);
         else launch(attn_chunk_kernel<2, 8>, grid, blk, sh, d, *a, pl, qt);
