@@ -130,7 +130,8 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
 
 /* split_warp's probabilities x values with the probabilities through the warp's shared buffer pb [Q][SPLIT] instead
  * of a shuffle per key and pair: the same products, in the same order (key i of pair q when visible, v[q]), so the
- * same bits; a broadcast read gives 4 keys' probabilities. */
+ * same bits; a broadcast read gives 4 keys' probabilities, and a group of 4 keys that every pair sees (all but the
+ * diagonal's) runs without per-key tests.  Elements past hd are computed from zeros and never stored. */
 template <int Q, int NE>
 __device__ __forceinline__ void pv_shared(float *pb, const float (*pr)[2], const unsigned (*v)[2], const float *vs,
                                           int32_t ld, int32_t hd, uint64_t seen_any, float (*acc)[NE]) {
@@ -140,26 +141,36 @@ __device__ __forceinline__ void pv_shared(float *pb, const float (*pr)[2], const
     for (int q = 0; q < Q; q++) pb[q * SPLIT + lane] = pr[q][0], pb[q * SPLIT + 32 + lane] = pr[q][1];
     __syncwarp();
     for (int i0 = 0; i0 < SPLIT && (seen_any >> i0); i0 += 4) {
-        float4 pq[Q];
-        float vv[4][NE];
+        float pq[Q][4], vv[4][NE];
+        unsigned g[Q]; /* the group's visible keys of each pair */
+        bool all = true;
 #pragma unroll
-        for (int q = 0; q < Q; q++) pq[q] = *(const float4 *)(pb + q * SPLIT + i0);
+        for (int q = 0; q < Q; q++) {
+            const float4 t = *(const float4 *)(pb + q * SPLIT + i0);
+            pq[q][0] = t.x, pq[q][1] = t.y, pq[q][2] = t.z, pq[q][3] = t.w;
+            g[q] = ((i0 < 32 ? v[q][0] : v[q][1]) >> (i0 & 31)) & 15u;
+            all = all && g[q] == 15u;
+        }
 #pragma unroll
         for (int u = 0; u < 4; u++)
 #pragma unroll
             for (int k = 0; k < NE; k++) vv[u][k] = lane + 32 * k < hd ? vs[(i0 + u) * ld + lane + 32 * k] : 0.0f;
+        if (all) {
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int i = i0 + u;
+            for (int u = 0; u < 4; u++)
 #pragma unroll
-            for (int q = 0; q < Q; q++) {
-                if (!(((i < 32 ? v[q][0] : v[q][1]) >> (i & 31)) & 1u)) continue;
-                const float pi = u == 0 ? pq[q].x : u == 1 ? pq[q].y : u == 2 ? pq[q].z : pq[q].w;
+                for (int q = 0; q < Q; q++)
 #pragma unroll
-                for (int k = 0; k < NE; k++)
-                    if (lane + 32 * k < hd) acc[q][k] = fmaf(pi, vv[u][k], acc[q][k]);
-            }
+                    for (int k = 0; k < NE; k++) acc[q][k] = fmaf(pq[q][u], vv[u][k], acc[q][k]);
+            continue;
         }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int q = 0; q < Q; q++)
+                if ((g[q] >> u) & 1u)
+#pragma unroll
+                    for (int k = 0; k < NE; k++) acc[q][k] = fmaf(pq[q][u], vv[u][k], acc[q][k]);
     }
 }
 
