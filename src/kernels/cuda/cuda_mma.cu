@@ -418,8 +418,9 @@ __global__ void __launch_bounds__(256)
     const int nch = (int)((cols + 31) / 32);
     /* a thread copies part lpart (8 columns) of token rows lrow + 64 i and weight rows lrow, lrow + 64 */
     const int lrow = tid >> 2, lpart = tid & 3;
-    const uint16_t *wp[2], *xp[BM / 64];
-    bool wok[2], xok[BM / 64];
+    constexpr int XI = (BM + 63) / 64; /* token rows a thread copies (BM 32: threads of rows 0..31 only) */
+    const uint16_t *wp[2], *xp[XI];
+    bool wok[2], xok[XI];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         int64_t lr;
@@ -429,7 +430,7 @@ __global__ void __launch_bounds__(256)
         wok[i] = r < rows, wp[i] = W + lr * cols + 8 * lpart;
     }
 #pragma unroll
-    for (int i = 0; i < BM / 64; i++) {
+    for (int i = 0; i < XI; i++) {
         const int32_t t = t0 + lrow + 64 * i;
         xok[i] = t < n, xp[i] = xb + (int64_t)(xok[i] ? t : 0) * cols + 8 * lpart;
     }
@@ -446,7 +447,8 @@ __global__ void __launch_bounds__(256)
                 for (int i = 0; i < 2; i++) cp16(&T[b + BM + lrow + 64 * i][lpart], wp[i] + k, wok[i] && kok);
             if (tok)
 #pragma unroll
-                for (int i = 0; i < BM / 64; i++) cp16(&T[b + lrow + 64 * i][lpart], xp[i] + k, xok[i] && kok);
+                for (int i = 0; i < XI; i++)
+                    if (lrow + 64 * i < BM) cp16(&T[b + lrow + 64 * i][lpart], xp[i] + k, xok[i] && kok);
             *j = next_chunk(*j, nch);
         }
     };
@@ -524,7 +526,17 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
     const int64_t n8 = (int64_t)n * cols / 8;
     launch(to_bf16_kernel, dim3((unsigned)((n8 + 255) / 256 < 1024 ? (n8 + 255) / 256 : 1024)), dim3(256), 0, d,
            (uint4 *)xb, (const float4 *)x, n8);
-    const dim3 grid((unsigned)((n + GEMM_BM - 1) / GEMM_BM), (unsigned)((rows + 127) / 128));
+    /* tiles of GEMM_BM tokens, or of half as many where those would leave SMs idle (fewer than two a multiprocessor:
+     * the 2048-row projections of a 512-token chunk) */
+    static const int64_t sms = gp_cu_sm_count();
+    const int64_t row_tiles = (rows + 127) / 128;
+    if ((n + GEMM_BM - 1) / GEMM_BM * row_tiles < 2 * sms) {
+        const dim3 grid((unsigned)((n + GEMM_BM / 2 - 1) / (GEMM_BM / 2)), (unsigned)row_tiles);
+        launch(mma_gemm_kernel<GEMM_BM / 2>, grid, dim3(256), GEMM_SMEM(GEMM_BM / 2), d, p, xb, rows, cols, n, mode,
+               alpha);
+        return 1;
+    }
+    const dim3 grid((unsigned)((n + GEMM_BM - 1) / GEMM_BM), (unsigned)row_tiles);
     launch(mma_gemm_kernel<GEMM_BM>, grid, dim3(256), GEMM_SMEM(GEMM_BM), d, p, xb, rows, cols, n, mode, alpha);
     return 1;
 }
@@ -535,6 +547,9 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
 extern "C" int gp_cu_mma_prepare(void) {
     cudaError_t e = cudaFuncSetAttribute(mma_gemm_kernel<GEMM_BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)GEMM_SMEM(GEMM_BM));
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(mma_gemm_kernel<GEMM_BM / 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)GEMM_SMEM(GEMM_BM / 2));
     const void *ks[] = {(const void *)mma_decode_kernel<GP_CU_F32, true>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true>,
                         (const void *)mma_decode_kernel<GP_CU_F16, true>};

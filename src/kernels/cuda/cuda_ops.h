@@ -100,6 +100,9 @@ void gp_cu_record(gp_cu *d);
 void *gp_cu_var(gp_cu *d, const void *src, size_t bytes);
 void gp_cu_graph_stats(gp_cu *d, uint64_t out[3]);
 
+/* Multiprocessors of the current device (132 on an H100 SXM); 0 when the runtime cannot tell. */
+int gp_cu_sm_count(void);
+
 /* Pinned host memory (copies from it run asynchronously). */
 int gp_cu_host_alloc(void **p, size_t bytes);
 void gp_cu_host_free(void *p);

@@ -439,6 +439,15 @@ extern "C" int gp_cu_d2h(gp_cu *d, void *dst, const void *src, size_t bytes) {
     return (int)e;
 }
 
+extern "C" int gp_cu_sm_count(void) {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 extern "C" int gp_cu_host_alloc(void **p, size_t bytes) {
     *p = NULL;
     return bytes ? (int)cudaMallocHost(p, bytes) : 0;
