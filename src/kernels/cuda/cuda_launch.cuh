@@ -225,25 +225,32 @@ __device__ __forceinline__ void rms_apply(float *y, const float *x, float inv, c
     for (; i < dim; i += nb) y[i] = rms_val(x[i], inv, wt_at(w, dt, i), plus_one, bf);
 }
 
-/* Rotates the pair (v[i], v[i + half]) of a head at position p.  bf16 mode as the CPU op: cos/sin cast to bf16, each
- * product and the sum rounded. */
-__device__ __forceinline__ void rotate_pair(float *v, int i, int half, float p, const float *inv_freq, int bf) {
-    const float ang = p * inv_freq[i], x1 = v[i], x2 = v[i + half];
-    float c = cosf(ang), s = sinf(ang);
+/* cos and sin of the rope's angle i at position p (bf16 mode as the CPU op: cast to bf16). */
+__device__ __forceinline__ float2 rope_cs(int i, float p, const float *inv_freq, int bf) {
+    const float ang = p * inv_freq[i];
+    const float c = cosf(ang), s = sinf(ang);
+    return bf ? make_float2(bf16r(c), bf16r(s)) : make_float2(c, s);
+}
+
+/* Rotates the pair (v[i], v[i + half]) of a head by cs = rope_cs(i, ..): each product and the sum rounded apart, as
+ * the CPU's ISO C (no fused multiply-add, so the bits do not depend on where the compiler finds cs); bf16 mode as
+ * the CPU op: each product and the sum rounded to bf16. */
+__device__ __forceinline__ void rotate_pair(float *v, int i, int half, float2 cs, int bf) {
+    const float x1 = v[i], x2 = v[i + half];
     if (bf) {
-        c = bf16r(c), s = bf16r(s);
-        v[i] = bf16r(bf16r(x1 * c) - bf16r(x2 * s));
-        v[i + half] = bf16r(bf16r(x2 * c) + bf16r(x1 * s));
+        v[i] = bf16r(bf16r(x1 * cs.x) - bf16r(x2 * cs.y));
+        v[i + half] = bf16r(bf16r(x2 * cs.x) + bf16r(x1 * cs.y));
     } else {
-        v[i] = x1 * c - x2 * s;
-        v[i + half] = x2 * c + x1 * s;
+        v[i] = __fsub_rn(__fmul_rn(x1, cs.x), __fmul_rn(x2, cs.y));
+        v[i + half] = __fadd_rn(__fmul_rn(x2, cs.x), __fmul_rn(x1, cs.y));
     }
 }
 
-/* One head x [hd] in shared memory by one warp, as gp_cu_rope_qk's block does it: RMS-normalized by the weight g
- * when given (its rms_threads(hd) threads' order), then rotated at position p. */
+/* One head x [hd] by one warp, as gp_cu_rope_qk does it: RMS-normalized by the weight g when given (with the order of
+ * a block of rms_threads(hd) threads: rmsnorm's bits), then rotated at position p (cs: the angles' rope_cs values, or
+ * NULL to compute them here). */
 __device__ __forceinline__ void rope_head_warp(float *x, int32_t hd, const gp_cu_wt &g, float eps, int plus_one,
-                                               int bf, float p, const float *inv_freq) {
+                                               int bf, float p, const float *inv_freq, const float2 *cs = NULL) {
     const int lane = threadIdx.x & 31;
     __syncwarp();
     if (g.data) {
@@ -251,7 +258,7 @@ __device__ __forceinline__ void rope_head_warp(float *x, int32_t hd, const gp_cu
         for (int i = lane; i < hd; i += 32) x[i] = rms_val(x[i], inv, wt_at(g.data, g.dtype, i), plus_one, bf);
         __syncwarp();
     }
-    for (int i = lane; i < hd / 2; i += 32) rotate_pair(x, i, hd / 2, p, inv_freq, bf);
+    for (int i = lane; i < hd / 2; i += 32) rotate_pair(x, i, hd / 2, cs ? cs[i] : rope_cs(i, p, inv_freq, bf), bf);
     __syncwarp();
 }
 

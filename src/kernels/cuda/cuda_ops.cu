@@ -34,31 +34,27 @@ extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt 
 }
 
 /* ---- rope: block per (token, head), thread per rotated pair ---- */
-/* Block per (token t, head h) of q [n, nh, hd] then k [n, nkv, hd]: the head RMS-normalized by its norm weight when
- * given (blockDim = rms_threads(hd): rmsnorm_kernel's summation order), then rotated at position pos0 + t; with kf,
- * a k head and its v head also go to row r0 + t of the cache's float rows. */
+/* Block per token t of q [n, nh, hd] and k [n, nkv, hd]: the angles' cos and sin once into shared memory, then warp w
+ * takes heads w, w + warps, ... (q's, then k's) as rope_head_warp does (RMS-normalized by the head's norm weight when
+ * given, with rmsnorm_kernel's summation order; rotated at position pos0 + t); with kf, a k head and its v head also
+ * go to row r0 + t of the cache's float rows. */
 __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
                                const float *inv_freq, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one, int bf,
                                float *kf, float *vf, const float *v, int32_t r0) {
     pdl_enter();
-    __shared__ float sh[32];
-    const int32_t heads = nh + nkv, t = blockIdx.x / heads, h = blockIdx.x % heads, half = hd / 2;
-    float *x = h < nh ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + (h - nh)) * hd;
-    const gp_cu_wt *g = h < nh ? &qn : &kn;
-    if (g->data) {
-        const float inv = rms_inv(x, hd, eps, sh, bf);
-        for (int i = threadIdx.x; i < hd; i += blockDim.x)
-            x[i] = rms_val(x[i], inv, wt_at(g->data, g->dtype, i), plus_one, bf);
-        __syncthreads();
+    extern __shared__ float2 cs[]; /* [hd / 2] */
+    const int32_t t = blockIdx.x, half = hd / 2, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const float p = (float)(pos0 + t);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) cs[i] = rope_cs(i, p, inv_freq, bf);
+    __syncthreads();
+    const size_t kvd = (size_t)nkv * hd;
+    for (int32_t h = threadIdx.x >> 5; h < nh + nkv; h += nw) {
+        float *x = h < nh ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + (h - nh)) * hd;
+        rope_head_warp(x, hd, h < nh ? qn : kn, eps, plus_one, bf, p, inv_freq, cs);
+        if (!kf || h < nh) continue;
+        const size_t o = (size_t)(r0 + t) * kvd + (size_t)(h - nh) * hd, src = (size_t)t * kvd + (size_t)(h - nh) * hd;
+        for (int i = lane; i < hd; i += 32) kf[o + i] = x[i], vf[o + i] = v[src + i];
     }
-    const bool store = kf && h >= nh;
-    const size_t kvd = (size_t)nkv * hd, o = (size_t)(r0 + t) * kvd + (size_t)(h - nh) * hd;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        rotate_pair(x, i, half, (float)(pos0 + t), inv_freq, bf);
-        if (store) kf[o + i] = x[i], kf[o + i + half] = x[i + half];
-    }
-    if (store)
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) vf[o + i] = v[(size_t)t * kvd + (size_t)(h - nh) * hd + i];
 }
 
 extern "C" int gp_cu_rope_qk(gp_cu *d, float *q, float *k, int32_t n, int32_t nh, int32_t nkv, int32_t hd,
@@ -67,9 +63,7 @@ extern "C" int gp_cu_rope_qk(gp_cu *d, float *q, float *k, int32_t n, int32_t nh
     if (n <= 0 || nh + nkv <= 0 || hd < 2) return 0;
     const gp_cu_wt none = {};
     const gp_cu_wt gq = qn && qn->data ? *qn : none, gk = kn && kn->data ? *kn : none;
-    /* with a norm: RMSNorm's own thread count, which rms_inv's summation order assumes */
-    const int threads = gq.data || gk.data ? rms_threads(hd) : hd / 2 >= 64 ? 64 : 32;
-    launch(rope_qk_kernel, n * (nh + nkv), threads, 0, d, q, k, nh, nkv, hd, pos0, inv_freq, gq, gk,
+    launch(rope_qk_kernel, n, 256, (size_t)(hd / 2) * sizeof(float2), d, q, k, nh, nkv, hd, pos0, inv_freq, gq, gk,
            eps, plus_one, gp_cu_bf16(d), kf, vf, v, r0);
     return (int)cudaGetLastError();
 }
