@@ -13,8 +13,8 @@
  * head's splits one thread-block cluster whose block 0 folds the partials from the others' shared memory); a chunk
  * of queries (attn_chunk_kernel) stages each split once for a tile of queries and every head of a kv group, each warp
  * running Q = 4 (query, head) pairs at once (2 for heads over 128: their dependent chains interleave, the key and
- * value reads are shared), and folds in registers.  Both call the same two functions with the same operands, so a
- * pair's bits do not depend on Q. */
+ * value reads are shared; the probabilities go through shared memory, pv_shared), and folds in registers.  Both
+ * call the same two functions with the same operands, so a pair's bits do not depend on Q. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 

@@ -11,9 +11,9 @@
  *   - then mm_val's bias and rounding and mm_store's residual add (cuda_launch.cuh), as the other kernels.
  * An output's bits depend on its row, its token and the shape alone: the decode kernels (n <= 16: one M tile, zero
  * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch) and the
- * prefill kernels (64 x 128 tiles through shared memory, chain after chain: mma_gemm_kernel's cp.async pipeline for
- * bf16 weights, mma_prefill_kernel's register staging for f16/f32 ones, which it rounds as it reads) give the same
- * numbers. */
+ * prefill kernels (64 or 32 x 128 tiles through shared memory, chain after chain: mma_gemm_kernel's cp.async pipeline
+ * for bf16 weights, mma_prefill_kernel's register staging for f16/f32 ones, which it rounds as it reads) give the
+ * same numbers. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
