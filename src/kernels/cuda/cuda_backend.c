@@ -312,6 +312,9 @@ static void cu_linear_glu(gp_ws *ws, float *y, float *tmp, const float *x, const
     if (plain && !fused(ws_of(ws)->d, y, x, cnorm(pn, &nb), &g, &bg, &u, &bu, a, mode)) return;
     x = cu_prenorm(ws, x, pn, n, gate->w.cols);
     if (plain && pn && !fused(ws_of(ws)->d, y, x, NULL, &g, &bg, &u, &bu, a, mode)) return;
+    if (n > 1 && !gate->n_lora && !up->n_lora && (mode & GP_CU_MMA) &&
+        !gp_cu_matmul_mma_glu_chunk(ws_of(ws)->d, y, x, &g, &bg, &u, &bu, n, a, mode))
+        return;
     cu_linear(ws, y, x, gate, n);
     cu_linear(ws, tmp, x, up, n);
     cu_glu(ws, y, tmp, (int64_t)n * gate->w.rows, act);

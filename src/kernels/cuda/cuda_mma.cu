@@ -397,16 +397,49 @@ __device__ __forceinline__ int part_row(const mma_parts &p, int64_t r, int64_t *
     return *lr = r - p.rows[1], 2;
 }
 
+/* The GLU tile's outputs: warps 2, 3 of each row of warps hold the up products of the rows whose gate products warps
+ * 0, 1 hold; they pass them (mm_val'd) through shared memory ub [BM][64] (the stage buffers, free once every warp is
+ * done), and y [n, rows] = glu_val(gate, up): the bits of the two products stored, then the GLU op. */
+template <int BM>
+__device__ __forceinline__ void store_glu(const mma_parts &P, float *ub, float (&tot)[BM / 32][4][4], int32_t t0,
+                                          int64_t r0, int64_t rows, int32_t n, int mode, int act) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int wm = warp >> 2, wn = warp & 3, up = wn >= 2;
+    __syncthreads();
+#pragma unroll
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) __syncthreads();
+        if (pass != (up ? 0 : 1)) continue;
+#pragma unroll
+        for (int i = 0; i < BM / 32; i++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int tl = wm * (BM / 2) + i * 16 + g + (e >> 1) * 8; /* token in the tile */
+                    const int j = (wn & 1) * 32 + q * 8 + 2 * c + (e & 1);     /* gate (and up) row in the tile */
+                    const int64_t r = r0 + j;
+                    if (t0 + tl >= n || r >= rows) continue;
+                    const void *B = up ? P.B[1] : P.B[0];
+                    const int bdt = up ? P.bdt[1] : P.bdt[0];
+                    const float v = mm_val(tot[i][q][e], B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, 1.0f);
+                    const int bf = (mode & GP_CU_ROUND) != 0;
+                    if (up) ub[tl * 64 + j] = v;
+                    else P.Y[0][(size_t)(t0 + tl) * rows + r] = glu_val(v, ub[tl * 64 + j], act, bf);
+                }
+    }
+}
+
 /* Prefill through bf16 weights: a block of 8 warps computes BM tokens x 128 weight rows, warp (wm, wn) BM/2 x 32 of
  * them, over the chunks in mma_prefill_kernel's order (chain after chain, each chain into acc, added to the total in
  * chain order) with its fragments (16-byte rows of 64-byte shared rows), so the same bits.  Operands: xb, the input
  * already in bf16 (to_bf16_kernel), and the weights, copied GEMM_U chunks per stage by cp.async, GEMM_ST - 1 stages
  * ahead; the first stages' weights before pdl_enter().  Blocks of one weight tile are adjacent in the grid (x: token
  * tiles), so a weight tile is read from memory once and from L2 by the others. */
-template <int BM>
+template <int BM, bool GLU>
 __global__ void __launch_bounds__(256)
     mma_gemm_kernel(mma_parts P, const uint16_t *__restrict__ xb, int64_t rows, int64_t cols, int32_t n, int mode,
-                    float alpha) {
+                    float alpha, int act) {
     constexpr int MI = BM / 32; /* 16-token fragments per warp */
     constexpr int TR = BM + 128; /* shared rows per chunk: tokens, then weights */
     extern __shared__ uint4 gsm[];
@@ -414,7 +447,7 @@ __global__ void __launch_bounds__(256)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     const int wm = warp >> 2, wn = warp & 3;
     const int32_t t0 = blockIdx.x * BM;
-    const int64_t r0 = (int64_t)blockIdx.y * 128;
+    const int64_t r0 = (int64_t)blockIdx.y * (GLU ? 64 : 128);
     const int nch = (int)((cols + 31) / 32);
     /* a thread copies part lpart (8 columns) of token rows lrow + 64 i and weight rows lrow, lrow + 64 */
     const int lrow = tid >> 2, lpart = tid & 3;
@@ -424,8 +457,8 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         int64_t lr;
-        const int64_t r = r0 + lrow + 64 * i;
-        const int k = part_row(P, r < rows ? r : 0, &lr);
+        const int64_t r = GLU ? r0 + lrow : r0 + lrow + 64 * i; /* GLU: the gate's rows r0.., then the up's */
+        const int k = GLU ? (lr = r < rows ? r : 0, i) : part_row(P, r < rows ? r : 0, &lr);
         const uint16_t *W = (const uint16_t *)(k == 0 ? P.W[0] : k == 1 ? P.W[1] : P.W[2]);
         wok[i] = r < rows, wp[i] = W + lr * cols + 8 * lpart;
     }
@@ -495,49 +528,55 @@ __global__ void __launch_bounds__(256)
     }
     cp_wait<0>();
     while (chain < CHAINS) fold_chain(tot, acc, chain); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+    if constexpr (GLU) {
+        store_glu<BM>(P, (float *)gsm, tot, t0, r0, rows, n, mode, act);
+    } else {
 #pragma unroll
-    for (int i = 0; i < MI; i++)
+        for (int i = 0; i < MI; i++)
 #pragma unroll
-        for (int q = 0; q < 4; q++)
+            for (int q = 0; q < 4; q++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int32_t t = t0 + wm * (BM / 2) + i * 16 + g + (e >> 1) * 8;
-                const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
-                if (t >= n || r >= rows) continue;
-                int64_t lr;
-                const int k = part_row(P, r, &lr);
-                const void *B = k == 0 ? P.B[0] : k == 1 ? P.B[1] : P.B[2];
-                const int64_t pr = k == 0 ? P.rows[0] : k == 1 ? P.rows[1] : P.rows[2];
-                float *Y = k == 0 ? P.Y[0] : k == 1 ? P.Y[1] : P.Y[2];
-                const int bdt = k == 0 ? P.bdt[0] : k == 1 ? P.bdt[1] : P.bdt[2];
-                mm_store(Y + (size_t)t * pr + lr, mm_val(tot[i][q][e], B != NULL, B ? wt_at(B, bdt, lr) : 0.0f, mode, alpha),
-                         mode);
-            }
+                for (int e = 0; e < 4; e++) {
+                    const int32_t t = t0 + wm * (BM / 2) + i * 16 + g + (e >> 1) * 8;
+                    const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
+                    if (t >= n || r >= rows) continue;
+                    int64_t lr;
+                    const int k = part_row(P, r, &lr);
+                    const void *B = k == 0 ? P.B[0] : k == 1 ? P.B[1] : P.B[2];
+                    const int64_t pr = k == 0 ? P.rows[0] : k == 1 ? P.rows[1] : P.rows[2];
+                    float *Y = k == 0 ? P.Y[0] : k == 1 ? P.Y[1] : P.Y[2];
+                    const int bdt = k == 0 ? P.bdt[0] : k == 1 ? P.bdt[1] : P.bdt[2];
+                    const float v = mm_val(tot[i][q][e], B != NULL, B ? wt_at(B, bdt, lr) : 0.0f, mode, alpha);
+                    mm_store(Y + (size_t)t * pr + lr, v, mode);
+                }
+    }
 }
 
-/* The pipelined GEMM of the parts (bf16 weights of x's column count, rows stacked) when d's scratch holds the input's
- * bf16 copy; else 0 (nothing launched). */
-static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t cols, int32_t n, int mode, float alpha) {
+/* The pipelined GEMM of the parts (bf16 weights of x's column count, rows stacked; with act >= 0 the gate and the up
+ * of a GLU, y = act(gate) * up) when d's scratch holds the input's bf16 copy; else 0 (nothing launched). */
+static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t cols, int32_t n, int mode, float alpha,
+                       int act = -1) {
     size_t cap = 0;
     uint16_t *xb = (uint16_t *)gp_cu_scratch(d, &cap);
+    const bool glu = act >= 0;
     int64_t rows = 0;
-    for (int i = 0; i < p.m; i++) rows += p.rows[i];
-    if (!xb || (size_t)n * (size_t)cols * 2 > cap || rows > 65535 * 128ll) return 0;
+    for (int i = 0; i < (glu ? 1 : p.m); i++) rows += p.rows[i];
+    const int64_t tile_rows = glu ? 64 : 128, row_tiles = (rows + tile_rows - 1) / tile_rows;
+    if (!xb || (size_t)n * (size_t)cols * 2 > cap || row_tiles > 65535) return 0;
     const int64_t n8 = (int64_t)n * cols / 8;
     launch(to_bf16_kernel, dim3((unsigned)((n8 + 255) / 256 < 1024 ? (n8 + 255) / 256 : 1024)), dim3(256), 0, d,
            (uint4 *)xb, (const float4 *)x, n8);
     /* tiles of GEMM_BM tokens, or of half as many where those would leave SMs idle (fewer than two a multiprocessor:
      * the 2048-row projections of a 512-token chunk) */
     static const int64_t sms = gp_cu_sm_count();
-    const int64_t row_tiles = (rows + 127) / 128;
-    if ((n + GEMM_BM - 1) / GEMM_BM * row_tiles < 2 * sms) {
-        const dim3 grid((unsigned)((n + GEMM_BM / 2 - 1) / (GEMM_BM / 2)), (unsigned)row_tiles);
-        launch(mma_gemm_kernel<GEMM_BM / 2>, grid, dim3(256), GEMM_SMEM(GEMM_BM / 2), d, p, xb, rows, cols, n, mode,
-               alpha);
-        return 1;
-    }
-    const dim3 grid((unsigned)((n + GEMM_BM - 1) / GEMM_BM), (unsigned)row_tiles);
-    launch(mma_gemm_kernel<GEMM_BM>, grid, dim3(256), GEMM_SMEM(GEMM_BM), d, p, xb, rows, cols, n, mode, alpha);
+    const int bm = (n + GEMM_BM - 1) / GEMM_BM * row_tiles < 2 * sms ? GEMM_BM / 2 : GEMM_BM;
+    const dim3 grid((unsigned)((n + bm - 1) / bm), (unsigned)row_tiles);
+    if (bm == GEMM_BM)
+        launch(glu ? mma_gemm_kernel<GEMM_BM, true> : mma_gemm_kernel<GEMM_BM, false>, grid, dim3(256),
+               GEMM_SMEM(GEMM_BM), d, p, xb, rows, cols, n, mode, alpha, act);
+    else
+        launch(glu ? mma_gemm_kernel<GEMM_BM / 2, true> : mma_gemm_kernel<GEMM_BM / 2, false>, grid, dim3(256),
+               GEMM_SMEM(GEMM_BM / 2), d, p, xb, rows, cols, n, mode, alpha, act);
     return 1;
 }
 
@@ -545,11 +584,13 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
 #define STAGE_X_MAX (96 * 1024)
 
 extern "C" int gp_cu_mma_prepare(void) {
-    cudaError_t e = cudaFuncSetAttribute(mma_gemm_kernel<GEMM_BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)GEMM_SMEM(GEMM_BM));
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(mma_gemm_kernel<GEMM_BM / 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)GEMM_SMEM(GEMM_BM / 2));
+    const void *gemms[] = {(const void *)mma_gemm_kernel<GEMM_BM, false>, (const void *)mma_gemm_kernel<GEMM_BM, true>,
+                           (const void *)mma_gemm_kernel<GEMM_BM / 2, false>,
+                           (const void *)mma_gemm_kernel<GEMM_BM / 2, true>};
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < 4 && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(gemms[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)(i < 2 ? GEMM_SMEM(GEMM_BM) : GEMM_SMEM(GEMM_BM / 2)));
     const void *ks[] = {(const void *)mma_decode_kernel<GP_CU_F32, true>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true>,
                         (const void *)mma_decode_kernel<GP_CU_F16, true>};
@@ -637,6 +678,23 @@ extern "C" int gp_cu_matmul_mma_parts(gp_cu *d, int32_t m, float *const *ys, con
     }
     p.m = m;
     if (!launch_gemm(d, p, x, ws[0].cols, n, mode, 1.0f)) return (int)cudaErrorNotSupported;
+    return (int)cudaGetLastError();
+}
+
+/* A chunk (n > 16 tokens, bf16 weights): y [n, rows] = act(x G^T + bg) * (x U^T + bu) in one pipelined GEMM whose
+ * tiles pair 64 gate rows with the same 64 up rows (the bits of gp_cu_matmul_mma_parts, then gp_cu_glu). */
+extern "C" int gp_cu_matmul_mma_glu_chunk(gp_cu *d, float *y, const float *x, const gp_cu_wt *g, const gp_cu_wt *bg,
+                                          const gp_cu_wt *u, const gp_cu_wt *bu, int32_t n, int32_t act, int mode) {
+    const bool biased = bg->data != NULL;
+    if (n <= 16 || g->dtype != GP_CU_BF16 || u->dtype != GP_CU_BF16 || g->rows != u->rows || g->cols != u->cols ||
+        !gp_cu_mma_ok(g, x) || !gp_cu_mma_ok(u, x) || biased != (bu->data != NULL) ||
+        (biased && bg->dtype != bu->dtype))
+        return (int)cudaErrorNotSupported;
+    if (g->rows <= 0) return 0;
+    mma_parts p = {};
+    p.W[0] = g->data, p.W[1] = u->data, p.B[0] = bg->data, p.B[1] = bu->data, p.Y[0] = y;
+    p.rows[0] = p.rows[1] = g->rows, p.bdt[0] = p.bdt[1] = biased ? bg->dtype : 0, p.m = 2;
+    if (!launch_gemm(d, p, x, g->cols, n, mode, 1.0f, act)) return (int)cudaErrorNotSupported;
     return (int)cudaGetLastError();
 }
 
