@@ -1,9 +1,9 @@
 /* cmd_bench.c — `genparity bench`: llama-bench's method on one or more model folders.  Per model: one warm-up; pp =
  * one prefill of p random ids into an empty cache; tg = n single-token decodes from an empty cache; each repeated r
  * times, reported as mean ± sd of tokens/s; tokenizer and sampling are not timed.  The same run measures the
- * machine's read bandwidth (threaded sum over a 1 GiB buffer, best of several passes) and reports for tg
- * bandwidth_utilization = weight bytes read per token × tokens/s ÷ bandwidth.  Prints a Markdown table (one row
- * per model) or JSON. */
+ * machine's read bandwidth (threaded sum over a 1 GiB buffer, best of several passes; with --device cuda the GPU's
+ * copy bandwidth, gp_device_copy_bandwidth) and reports for tg bandwidth_utilization = weight bytes read per token
+ * × tokens/s ÷ bandwidth.  Prints a Markdown table (one row per model) or JSON. */
 #include "cli.h"
 
 #include <math.h>
@@ -33,9 +33,9 @@ static void help(FILE *f) {
                "  --format F      md (default) or json\n"
                "  --device D      cpu (default) or cuda (a `make cuda` build and a GPU)\n"
                "  --compute C     f32 (default) or bf16 (activations rounded as transformers' bf16 forward)\n"
-               "  --bandwidth-mib N  buffer of the bandwidth measurement (default 1024; 0 skips it)\n"
-               "  --bandwidth-gbs N  take N GB/s as the memory bandwidth instead of measuring the CPU's (e.g. a GPU's\n"
-               "                     measured copy bandwidth with --device cuda)\n");
+               "  --bandwidth-mib N  buffer of the bandwidth measurement (default 1024; 0 skips it): the CPU's read\n"
+               "                     bandwidth, or with --device cuda the GPU's copy bandwidth (bytes read + written)\n"
+               "  --bandwidth-gbs N  take N GB/s as the memory bandwidth instead of measuring it\n");
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -282,7 +282,12 @@ int cmd_bench(int argc, char **argv) {
     }
     if (n_models == 0) return cli_missing("--model", "at least one model folder");
     if (threads == 0) threads = omp_get_num_procs();
-    double bw = bw_gbs ? bw_gbs * 1e9 : measure_bandwidth(threads, bw_mib);
+    double bw = bw_gbs ? bw_gbs * 1e9 : 0;
+    const int dev_bw = !bw_gbs && device == GP_DEVICE_CUDA && bw_mib;
+    if (dev_bw && gp_device_copy_bandwidth(GP_DEVICE_CUDA, (uint32_t)bw_mib, &bw))
+        fprintf(stderr, "genparity bench: %s (no bandwidth utilization)\n", gp_errmsg());
+    else if (!bw_gbs && device != GP_DEVICE_CUDA)
+        bw = measure_bandwidth(threads, bw_mib);
     const int bf16 = bench_compute == GP_COMPUTE_BF16;
     row rows[64];
     int rc = 0;
@@ -292,7 +297,7 @@ int cmd_bench(int argc, char **argv) {
         printf("{\"device\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"compute\":\"%s\",\"bf16_dot\":%s,"
                "\"read_bandwidth_gb_s\":%.2f,\"p\":%d,\"n\":%d,\"r\":%d,\"models\":[",
                device == GP_DEVICE_CUDA ? "cuda" : "cpu", threads, gp_cpu_simd(), bf16 ? "bf16" : "f32",
-               bf16 && gp_cpu_bf16_dot() ? "true" : "false", bw / 1e9, p, n, reps);
+               bf16 && device != GP_DEVICE_CUDA && gp_cpu_bf16_dot() ? "true" : "false", bw / 1e9, p, n, reps);
         for (int i = 0, first = 1; i < n_models; i++) {
             const row *r = &rows[i];
             if (!r->ok) continue;
@@ -307,9 +312,11 @@ int cmd_bench(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
+        const int cuda = device == GP_DEVICE_CUDA; /* (the CPU's kernels and bf16 instructions do not apply) */
         printf("device %s, threads %d, kernels %s, compute %s, %s bandwidth %.1f GB/s, p %d, n %d, r %d\n\n",
-               device == GP_DEVICE_CUDA ? "cuda" : "cpu", threads, gp_cpu_simd(),
-               !bf16 ? "f32" : gp_cpu_bf16_dot() ? "bf16 (vdpbf16ps)" : "bf16", bw_gbs ? "given" : "measured read",
+               cuda ? "cuda" : "cpu", threads, cuda ? "cuda" : gp_cpu_simd(),
+               !bf16 ? "f32" : !cuda && gp_cpu_bf16_dot() ? "bf16 (vdpbf16ps)" : "bf16",
+               bw_gbs ? "given" : device == GP_DEVICE_CUDA ? "measured device copy" : "measured read",
                bw / 1e9, p, n, reps);
         printf("| model | arch | weights GiB | load s | pp%d t/s | tg%d t/s | tg GB/token | tg bandwidth_utilization | "
                "peak MiB |\n",

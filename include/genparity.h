@@ -82,6 +82,11 @@ typedef enum gp_device {
 /* Returns the compute backends built into this library, space-separated: "cpu" or "cpu cuda"; static string. */
 const char *gp_backends(void);
 
+/* Measures a device's copy bandwidth into *bytes_per_s: the best of 5 copies of a buffer of mib MiB (1..16384) into
+ * another, bytes read + written per second.  GP_DEVICE_CUDA only (GP_ERR_UNSUPPORTED for another device, a build
+ * without CUDA or no usable GPU); the call holds 2 x mib MiB of device memory while it runs. */
+gp_status gp_device_copy_bandwidth(int32_t device, uint32_t mib, double *bytes_per_s);
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Tokenizer (tokenizer.json + tokenizer_config.json)                                                             */
 /* ------------------------------------------------------------------------------------------------------------ */

@@ -1,7 +1,8 @@
 /* test_cuda_select.c — choosing the device, in every build: gp_backends() names what is built in; a context asked
  * for GP_DEVICE_CUDA without the CUDA backend, or without a usable GPU/driver, fails with GP_ERR_UNSUPPORTED and a
  * message saying why (never a crash); an unknown device is GP_ERR_INVALID_ARG; with a GPU, a synthetic float32
- * model's logits on CUDA match the CPU backend within 1e-4.  The CLI: --version lists the backends, --device
+ * model's logits on CUDA match the CPU backend within 1e-4.  gp_device_copy_bandwidth: bad arguments and the CPU
+ * refused by name, no CUDA said so, a GPU's copy bandwidth positive.  The CLI: --version lists the backends, --device
  * takes cpu|cuda (anything else is exit 2) and an unusable cuda is exit 1 with the library's reason. */
 #include "fixtures.h"
 #include "synth.h"
@@ -24,6 +25,24 @@ static gp_model *synth(void) {
     CHECK_STATUS(gp_model_load(dir, &mp, &m), GP_OK);
     free(dir);
     return m;
+}
+
+TEST(cuda_select_copy_bandwidth) {
+    double bw = -1;
+    CHECK_STATUS(gp_device_copy_bandwidth(GP_DEVICE_CUDA, 64, NULL), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_device_copy_bandwidth(GP_DEVICE_CPU, 64, &bw), GP_ERR_UNSUPPORTED);
+    CHECK(strstr(gp_errmsg(), "gp_device_copy_bandwidth: device 0") != NULL);
+    CHECK(bw == 0);
+    CHECK_STATUS(gp_device_copy_bandwidth(GP_DEVICE_CUDA, 0, &bw), GP_ERR_INVALID_ARG);
+    CHECK_STATUS(gp_device_copy_bandwidth(GP_DEVICE_CUDA, 1u << 20, &bw), GP_ERR_INVALID_ARG);
+    const gp_status s = gp_device_copy_bandwidth(GP_DEVICE_CUDA, 256, &bw);
+    NOTE("cuda copy bandwidth (256 MiB): %s, %.1f GB/s%s%s", gp_status_str(s), bw / 1e9, s ? ": " : "",
+         s ? gp_errmsg() : "");
+    if (s) {
+        CHECK_EQ_INT(s, GP_ERR_UNSUPPORTED);
+        CHECK(strstr(gp_errmsg(), "gp_device_copy_bandwidth: ") != NULL);
+        CHECK(bw == 0);
+    } else CHECK(bw > 1e9); /* any GPU copies faster than 1 GB/s */
 }
 
 TEST(cuda_select_device_error_or_cpu_parity) {
