@@ -225,6 +225,17 @@ __device__ __forceinline__ void rms_apply(float *y, const float *x, float inv, c
     for (; i < dim; i += nb) y[i] = rms_val(x[i], inv, wt_at(w, dt, i), plus_one, bf);
 }
 
+/* 16 bytes global -> shared without registers (cp.async); zeros when !ok (nothing is read then; g must still be a
+ * mapped address).  cp_commit closes a group of them; cp_wait<N> waits until at most N of this thread's groups are
+ * in flight (cp_wait<0>: all its copies have landed). */
+__device__ __forceinline__ void cp16(void *sm, const void *g, bool ok) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(sm);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 /* cos and sin of the rope's angle i at position p (bf16 mode as the CPU op: cast to bf16). */
 __device__ __forceinline__ float2 rope_cs(int i, float p, const float *inv_freq, int bf) {
     const float ang = p * inv_freq[i];

@@ -247,12 +247,6 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32)
 #define PSTAGE_BYTES(E) (PT * 8 * (E) * 16 + PR * 32 * 16)
 #define PSMEM(E) (PSTAGES * PSTAGE_BYTES(E))
 
-/* 16 bytes from src to shared dst by cp.async, or zeros when !valid (src must still be a mapped address) */
-__device__ __forceinline__ void cp16(void *dst, const void *src, bool valid) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-
 /* The loads of one round into a stage buffer by cp.async: input chunk c (4 floats) of token t at [t][q * 32 + c / Q]
  * with q = c % Q, Q = E / 4 (slot-major, so lane l's float4 reads are conflict-free), weight vector l of row i at
  * [i][l].  Thread tid takes input chunks tid + u PTHREADS (chunk c of tokens tx + u XT) and weight vectors tid + u
@@ -290,7 +284,7 @@ struct ploader {
             const char *src = ok ? wp + (8 * u * cols + c0) * ESZ : (const char *)W;
             cp16(sb + XCH * 16 + (threadIdx.x + u * PTHREADS) * 16, src, ok);
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        cp_commit();
     }
 };
 
@@ -365,13 +359,13 @@ __global__ void __launch_bounds__(PTHREADS, 2)
         for (int i = 0; i < TR; i++) acc[t][i] = 0.0f;
     for (int s = 0; s < PSTAGES - 1; s++)
         if (s < nr) ld.load(psm + s * PSTAGE_BYTES(E), s, x, W, cols);
-        else asm volatile("cp.async.commit_group;" ::: "memory");
+        else cp_commit();
     for (int64_t j = 0; j < nr; j++) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(PSTAGES - 2) : "memory");
+        cp_wait<PSTAGES - 2>();
         __syncthreads(); /* round j is in; every warp is done with round j - 1, whose buffer is refilled next */
         const int64_t jn = j + PSTAGES - 1;
         if (jn < nr) ld.load(psm + (jn % PSTAGES) * PSTAGE_BYTES(E), jn, x, W, cols);
-        else asm volatile("cp.async.commit_group;" ::: "memory");
+        else cp_commit();
         if (j * 32 + lane < cols / E) /* (a lane past the last vector adds nothing, as in decode: not even zeros) */
             pround<DT>(acc, psm + (j % PSTAGES) * PSTAGE_BYTES(E), wt, wr, lane, mode & GP_CU_ROUNDW);
     }

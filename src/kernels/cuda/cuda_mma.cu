@@ -363,15 +363,6 @@ __global__ void __launch_bounds__(256)
 
 /* ---- prefill with bf16 weights: the same chunk order and bits, through a cp.async pipeline ---- */
 
-/* 16 bytes global -> shared without registers (cp.async); zeros when !ok (nothing is read then). */
-__device__ __forceinline__ void cp16(void *sm, const void *g, bool ok) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(sm);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 /* x [n, cols] (float32, cols % 8 == 0) as bf16 pairs, pack2's rounding: the GEMM's operand copy. */
 __global__ void to_bf16_kernel(uint4 *__restrict__ xb, const float4 *__restrict__ x, int64_t n8) {
     pdl_enter();
