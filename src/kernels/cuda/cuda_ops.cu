@@ -33,7 +33,7 @@ extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt 
     return (int)cudaGetLastError();
 }
 
-/* ---- rope: block per (token, head), thread per rotated pair ---- */
+/* ---- rope: block per token, warp per head ---- */
 /* Block per token t of q [n, nh, hd] and k [n, nkv, hd]: the angles' cos and sin once into shared memory, then warp w
  * takes heads w, w + warps, ... (q's, then k's) as rope_head_warp does (RMS-normalized by the head's norm weight when
  * given, with rmsnorm_kernel's summation order; rotated at position pos0 + t); with kf, a k head and its v head also
