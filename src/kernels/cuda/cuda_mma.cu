@@ -108,6 +108,22 @@ __device__ __forceinline__ void chunk_mma(float *acc, const uint4 &a, const uint
     mma16816(acc, a.z, a8.z, a.w, a8.w, b.z, b.w);
 }
 
+/* A warp tile's fragments through one chunk, chunk_mma for each (i, q): the first 16-column block for every fragment,
+ * then the second, so each accumulator takes its two products in chunk_mma's order with MI QN - 1 independent ones
+ * between them (its pairs back to back left the tensor pipe waiting on each first product). */
+template <int MI, int QN>
+__device__ __forceinline__ void tile_mma(float (&acc)[MI][QN][4], const uint4 (&a)[MI], const uint4 (&a8)[MI],
+                                         const uint4 (&b)[QN]) {
+#pragma unroll
+    for (int q = 0; q < QN; q++)
+#pragma unroll
+        for (int i = 0; i < MI; i++) mma16816(acc[i][q], a[i].x, a8[i].x, a[i].y, a8[i].y, b[q].x, b[q].y);
+#pragma unroll
+    for (int q = 0; q < QN; q++)
+#pragma unroll
+        for (int i = 0; i < MI; i++) mma16816(acc[i][q], a[i].z, a8[i].z, a[i].w, a8[i].w, b[q].z, b[q].w);
+}
+
 /* Chains of every weight: chunk j of the columns adds into chain j mod CHAINS (the decode kernel runs a warp per chain,
  * which gives it four times the loads in flight of one warp per 8 rows). */
 #define CHAINS 4
@@ -335,10 +351,7 @@ __global__ void __launch_bounds__(256)
         for (int i = 0; i < 2; i++) a[i] = sa[buf][wm * 32 + i * 16 + g][c], a8[i] = sa[buf][wm * 32 + i * 16 + g + 8][c];
 #pragma unroll
         for (int q = 0; q < 4; q++) b[q] = sb[buf][wn * 32 + q * 8 + g][c];
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) chunk_mma(acc[i][q], a[i], a8[i], b[q]);
+        tile_mma<2, 4>(acc, a, a8, b);
         if (jn < 0 || jn % CHAINS != j % CHAINS) fold_chain(tot, acc, chain); /* j was its chain's last chunk */
         if (jn >= 0) stash(buf ^ 1);
         __syncthreads();
@@ -372,8 +385,12 @@ __global__ void to_bf16_kernel(uint4 *__restrict__ xb, const float4 *__restrict_
     }
 }
 
+#ifndef GEMM_ST
 #define GEMM_ST 4 /* pipeline stages */
-#define GEMM_U 2  /* chunks per stage */
+#endif
+#ifndef GEMM_U
+#define GEMM_U 2 /* chunks per stage */
+#endif
 #define GEMM_BM 64 /* token rows per tile (128, with 64 x 32 per warp, measured slower: BENCHMARKS.md) */
 /* Dynamic shared memory of a BM x 128 tile: GEMM_ST stages of GEMM_U chunks of BM token rows and 128 weight rows,
  * 64 bytes each. */
@@ -508,10 +525,7 @@ __global__ void __launch_bounds__(256)
                 a[i] = T[b + wm * (BM / 2) + i * 16 + g][c], a8[i] = T[b + wm * (BM / 2) + i * 16 + g + 8][c];
 #pragma unroll
             for (int q = 0; q < 4; q++) bw[q] = T[b + BM + wn * 32 + q * 8 + g][c];
-#pragma unroll
-            for (int i = 0; i < MI; i++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) chunk_mma(acc[i][q], a[i], a8[i], bw[q]);
+            tile_mma<MI, 4>(acc, a, a8, bw);
             if (jc + CHAINS >= nch) fold_chain(tot, acc, chain); /* jc was its chain's last chunk */
             jc = next_chunk(jc, nch);
         }
