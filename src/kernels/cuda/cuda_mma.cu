@@ -12,14 +12,16 @@
  * An output's bits depend on its row, its token and the shape alone: the decode kernels (n <= 16: one M tile, zero
  * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch) and the
  * prefill kernels (64 or 32 x 128 tiles through shared memory, chain after chain: mma_gemm_kernel's cp.async pipeline
- * for bf16 weights, mma_prefill_kernel's register staging for f16/f32 ones, which it rounds as it reads) give the
- * same numbers. */
+ * for bf16 weights, mma_prefill_kernel's register staging for f16/f32 ones, which it rounds as it reads; where the
+ * tiles are too few to fill the GPU, blocks of 1 or 2 chains whose sums gemm_fold_kernel adds in chain order) give
+ * the same numbers. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 
 /* Two floats as one bf16x2 register (lo in the low half: the smaller column). */
@@ -282,11 +284,12 @@ __global__ void __launch_bounds__(64 * CHAINS)
 }
 
 /* The chunk after j in the chain-major order of nch chunks (chain 0's chunks 0, 4, 8, ..., then chain 1's, ...):
- * the next of its chain, else the first of the next chain, else -1 (mma_prefill_kernel's order). */
-__device__ __forceinline__ int next_chunk(int j, int nch) {
+ * the next of its chain, else the first of the next chain (below chain cend), else -1 (mma_prefill_kernel's
+ * order). */
+__device__ __forceinline__ int next_chunk(int j, int nch, int cend = CHAINS) {
     if (j + CHAINS < nch) return j + CHAINS;
     const int c1 = j % CHAINS + 1;
-    return c1 < CHAINS && c1 < nch ? c1 : -1;
+    return c1 < cend && c1 < nch ? c1 : -1;
 }
 
 /* The prefill kernels' chain step: adds a finished chain's acc to the total (the first chain is the total) and clears
@@ -405,6 +408,17 @@ __device__ __forceinline__ int part_row(const mma_parts &p, int64_t r, int64_t *
     return *lr = r - p.rows[1], 2;
 }
 
+/* Output (t, r) of the stacked parts: v (the chains' total) through mm_val (the part's bias, rounding) and mm_store. */
+__device__ __forceinline__ void store_out(const mma_parts &P, float v, int32_t t, int64_t r, int mode, float alpha) {
+    int64_t lr;
+    const int k = part_row(P, r, &lr);
+    const void *B = k == 0 ? P.B[0] : k == 1 ? P.B[1] : P.B[2];
+    const int64_t pr = k == 0 ? P.rows[0] : k == 1 ? P.rows[1] : P.rows[2];
+    float *Y = k == 0 ? P.Y[0] : k == 1 ? P.Y[1] : P.Y[2];
+    const int bdt = k == 0 ? P.bdt[0] : k == 1 ? P.bdt[1] : P.bdt[2];
+    mm_store(Y + (size_t)t * pr + lr, mm_val(v, B != NULL, B ? wt_at(B, bdt, lr) : 0.0f, mode, alpha), mode);
+}
+
 /* The GLU tile's outputs: warps 2, 3 of each row of warps hold the up products of the rows whose gate products warps
  * 0, 1 hold; they pass them (mm_val'd) through shared memory ub [BM][64] (the stage buffers, free once every warp is
  * done), and y [n, rows] = glu_val(gate, up): the bits of the two products stored, then the GLU op. */
@@ -438,16 +452,40 @@ __device__ __forceinline__ void store_glu(const mma_parts &P, float *ub, float (
     }
 }
 
+/* A tile's totals (tot: warp (wm, wn)'s fragments) into y: the GLU's (store_glu) or the parts' (store_out). */
+template <int BM, bool GLU>
+__device__ __forceinline__ void store_tile(const mma_parts &P, float *smem, float (&tot)[BM / 32][4][4], int32_t t0,
+                                           int64_t r0, int64_t rows, int32_t n, int mode, float alpha, int act) {
+    if constexpr (GLU) {
+        store_glu<BM>(P, smem, tot, t0, r0, rows, n, mode, act);
+    } else {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+        const int wm = warp >> 2, wn = warp & 3;
+#pragma unroll
+        for (int i = 0; i < BM / 32; i++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int32_t t = t0 + wm * (BM / 2) + i * 16 + g + (e >> 1) * 8;
+                    const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
+                    if (t < n && r < rows) store_out(P, tot[i][q][e], t, r, mode, alpha);
+                }
+    }
+}
+
 /* Prefill through bf16 weights: a block of 8 warps computes BM tokens x 128 weight rows, warp (wm, wn) BM/2 x 32 of
  * them, over the chunks in mma_prefill_kernel's order (chain after chain, each chain into acc, added to the total in
  * chain order) with its fragments (16-byte rows of 64-byte shared rows), so the same bits.  Operands: xb, the input
  * already in bf16 (to_bf16_kernel), and the weights, copied GEMM_U chunks per stage by cp.async, GEMM_ST - 1 stages
  * ahead; the first stages' weights before pdl_enter().  Blocks of one weight tile are adjacent in the grid (x: token
- * tiles), so a weight tile is read from memory once and from L2 by the others. */
-template <int BM, bool GLU>
+ * tiles), so a weight tile is read from memory once and from L2 by the others.  CH < CHAINS (grids too small to fill
+ * the GPU): block z of the grid's z runs chains z CH .. z CH + CH - 1 only and stores each chain's sums in part
+ * [CHAINS][n][rows] (zeros for a chain with no chunk); gemm_fold_kernel adds them in chain order. */
+template <int BM, bool GLU, int CH = CHAINS>
 __global__ void __launch_bounds__(256)
     mma_gemm_kernel(mma_parts P, const uint16_t *__restrict__ xb, int64_t rows, int64_t cols, int32_t n, int mode,
-                    float alpha, int act) {
+                    float alpha, int act, float *__restrict__ part) {
     constexpr int MI = BM / 32; /* 16-token fragments per warp */
     constexpr int TR = BM + 128; /* shared rows per chunk: tokens, then weights */
     extern __shared__ uint4 gsm[];
@@ -457,6 +495,8 @@ __global__ void __launch_bounds__(256)
     const int32_t t0 = blockIdx.x * BM;
     const int64_t r0 = (int64_t)blockIdx.y * (GLU ? 64 : 128);
     const int nch = (int)((cols + 31) / 32);
+    /* this block's chains [c0, cend) (compile-time for the whole GEMM) */
+    const int c0 = CH < CHAINS ? (int)blockIdx.z * CH : 0, cend = CH < CHAINS ? c0 + CH : CHAINS;
     /* a thread copies part lpart (8 columns) of token rows lrow + 64 i and weight rows lrow, lrow + 64 */
     const int lrow = tid >> 2, lpart = tid & 3;
     constexpr int XI = (BM + 63) / 64; /* token rows a thread copies (BM 32: threads of rows 0..31 only) */
@@ -490,10 +530,11 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
                 for (int i = 0; i < XI; i++)
                     if (lrow + 64 * i < BM) cp16(&T[b + lrow + 64 * i][lpart], xp[i] + k, xok[i] && kok);
-            *j = next_chunk(*j, nch);
+            *j = next_chunk(*j, nch, cend);
         }
     };
-    int jw = 0, jx = 0;
+    const int j0 = CH == CHAINS || c0 < nch ? c0 : -1; /* the block's first chunk (none: its chains are empty) */
+    int jw = j0, jx = j0;
     for (int st = 0; st < GEMM_ST - 1; st++) load(st, &jw, true, false);
     pdl_enter();
     for (int st = 0; st < GEMM_ST - 1; st++) {
@@ -508,7 +549,22 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][q][e] = tot[i][q][e] = 0.0f;
     int chain = 0;
-    int jc = 0, st = 0, stl = GEMM_ST - 1; /* the chunk to multiply, its stage, the stage to fill */
+    /* CH < CHAINS: the sums of chain c0 + done go to part; then acc is cleared */
+    auto store_chain = [&](int done) {
+        float *pc = part + (size_t)(c0 + done) * n * rows;
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int32_t t = t0 + wm * (BM / 2) + i * 16 + g + (e >> 1) * 8;
+                    const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
+                    if (t < n && r < rows) pc[(size_t)t * rows + r] = acc[i][q][e];
+                    acc[i][q][e] = 0.0f;
+                }
+    };
+    int jc = j0, st = 0, stl = GEMM_ST - 1; /* the chunk to multiply, its stage, the stage to fill */
     while (jc >= 0) {
         cp_wait<GEMM_ST - 2>(); /* stage st has landed (this thread's copies) */
         __syncthreads();        /* everyone's, and the previous stage is free */
@@ -526,35 +582,64 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int q = 0; q < 4; q++) bw[q] = T[b + BM + wn * 32 + q * 8 + g][c];
             tile_mma<MI, 4>(acc, a, a8, bw);
-            if (jc + CHAINS >= nch) fold_chain(tot, acc, chain); /* jc was its chain's last chunk */
-            jc = next_chunk(jc, nch);
+            if (jc + CHAINS >= nch) { /* jc was its chain's last chunk */
+                if constexpr (CH < CHAINS) store_chain(chain++);
+                else fold_chain(tot, acc, chain);
+            }
+            jc = next_chunk(jc, nch, cend);
         }
         st = st + 1 == GEMM_ST ? 0 : st + 1;
     }
     cp_wait<0>();
-    while (chain < CHAINS) fold_chain(tot, acc, chain); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
-    if constexpr (GLU) {
-        store_glu<BM>(P, (float *)gsm, tot, t0, r0, rows, n, mode, act);
+    if constexpr (CH < CHAINS) {
+        while (chain < CH) store_chain(chain++); /* chains with no chunk: zeros */
     } else {
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int32_t t = t0 + wm * (BM / 2) + i * 16 + g + (e >> 1) * 8;
-                    const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
-                    if (t >= n || r >= rows) continue;
-                    int64_t lr;
-                    const int k = part_row(P, r, &lr);
-                    const void *B = k == 0 ? P.B[0] : k == 1 ? P.B[1] : P.B[2];
-                    const int64_t pr = k == 0 ? P.rows[0] : k == 1 ? P.rows[1] : P.rows[2];
-                    float *Y = k == 0 ? P.Y[0] : k == 1 ? P.Y[1] : P.Y[2];
-                    const int bdt = k == 0 ? P.bdt[0] : k == 1 ? P.bdt[1] : P.bdt[2];
-                    const float v = mm_val(tot[i][q][e], B != NULL, B ? wt_at(B, bdt, lr) : 0.0f, mode, alpha);
-                    mm_store(Y + (size_t)t * pr + lr, v, mode);
-                }
+        while (chain < CHAINS) fold_chain(tot, acc, chain); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+        store_tile<BM, GLU>(P, (float *)gsm, tot, t0, r0, rows, n, mode, alpha, act);
     }
+}
+
+/* The chains' sums of a split GEMM (part [CHAINS][n][rows], rows % 4 == 0) added in chain order, ((c0 + c1) + c2) +
+ * c3 as fold_chain adds them, and stored as mma_gemm_kernel stores its totals: the same bits.  Grid (rows / 4 / 256
+ * blocks, n tokens); a thread folds 4 adjacent outputs. */
+__global__ void gemm_fold_kernel(mma_parts P, const float *__restrict__ part, int64_t rows, int32_t n, int mode,
+                                 float alpha) {
+    pdl_enter();
+    const int32_t t = blockIdx.y;
+    const int64_t r = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (r >= rows) return;
+    const size_t total = (size_t)n * (size_t)rows, i = (size_t)t * rows + r;
+    float4 v = __ldcg((const float4 *)(part + i));
+#pragma unroll
+    for (int k = 1; k < CHAINS; k++) {
+        const float4 c = __ldcg((const float4 *)(part + k * total + i));
+        v.x += c.x, v.y += c.y, v.z += c.z, v.w += c.w;
+    }
+    store_out(P, v.x, t, r, mode, alpha), store_out(P, v.y, t, r + 1, mode, alpha);
+    store_out(P, v.z, t, r + 2, mode, alpha), store_out(P, v.w, t, r + 3, mode, alpha);
+}
+
+/* Chain groups for a GEMM of `tiles` 64-token tiles over cols columns (each block runs CHAINS / groups chains; 1: no
+ * split): none where the tiles give two blocks a multiprocessor; 2 or 4 where tiles of 32 tokens would not give one
+ * either; else (32-token tiles) none, unless each of 2 groups keeps 64 chunks or more, where the 64-token tiles'
+ * fewer shared-memory reads a product outweigh the fold (measured: BENCHMARKS.md).  GP_CU_GEMM_SPLIT=1, 2 or 4 in
+ * the environment sets the groups of every GEMM that may split (tests, measurements). */
+static int chain_groups(int64_t tiles, int64_t cols, int64_t sms) {
+    static const int force = getenv("GP_CU_GEMM_SPLIT") ? atoi(getenv("GP_CU_GEMM_SPLIT")) : 0;
+    if (force == 1 || force == 2 || force == 4) return force;
+    if (tiles >= 2 * sms) return 1;
+    if (2 * tiles < sms) return 4 * tiles < 2 * sms ? 4 : 2;
+    return cols >= 2 * 64 * 32 ? 2 : 1;
+}
+
+/* Bytes of d's scratch for the GEMMs of up to max_tokens tokens and max_cols columns: the bf16 copy of the input,
+ * then the chains' sums of a split GEMM (at most CHAINS floats for each output of a grid under two blocks a
+ * multiprocessor). */
+extern "C" size_t gp_cu_gemm_scratch_bytes(int64_t max_tokens, int64_t max_cols) {
+    const size_t copy = ((size_t)max_tokens * (size_t)max_cols * 2 + 255) / 256 * 256;
+    const size_t split = (size_t)CHAINS * 4 * 2 * (size_t)gp_cu_sm_count() * GEMM_BM * 128;
+    const size_t need = (size_t)CHAINS * 4 * (size_t)max_tokens * (size_t)max_cols;
+    return copy + (need < split ? need : split);
 }
 
 /* The pipelined GEMM of the parts (bf16 weights of x's column count, rows stacked; with act >= 0 the gate and the up
@@ -567,21 +652,31 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
     int64_t rows = 0;
     for (int i = 0; i < (glu ? 1 : p.m); i++) rows += p.rows[i];
     const int64_t tile_rows = glu ? 64 : 128, row_tiles = (rows + tile_rows - 1) / tile_rows;
-    if (!xb || (size_t)n * (size_t)cols * 2 > cap || row_tiles > 65535) return 0;
+    const size_t copy = ((size_t)n * (size_t)cols * 2 + 255) / 256 * 256;
+    if (!xb || copy > cap || row_tiles > 65535) return 0;
     const int64_t n8 = (int64_t)n * cols / 8;
     launch(to_bf16_kernel, dim3((unsigned)((n8 + 255) / 256 < 1024 ? (n8 + 255) / 256 : 1024)), dim3(256), 0, d,
            (uint4 *)xb, (const float4 *)x, n8);
-    /* tiles of GEMM_BM tokens, or of half as many where those would leave SMs idle (fewer than two a multiprocessor:
-     * the 2048-row projections of a 512-token chunk) */
+    /* a grid of fewer 64-token tiles than two a multiprocessor: chain groups (chain_groups; their sums through the
+     * scratch, then gemm_fold_kernel) or tiles of half as many tokens (a GLU, no room, or no split chosen) */
     static const int64_t sms = gp_cu_sm_count();
-    const int bm = (n + GEMM_BM - 1) / GEMM_BM * row_tiles < 2 * sms ? GEMM_BM / 2 : GEMM_BM;
-    const dim3 grid((unsigned)((n + bm - 1) / bm), (unsigned)row_tiles);
-    if (bm == GEMM_BM)
+    const int64_t tiles = (n + GEMM_BM - 1) / GEMM_BM * row_tiles;
+    const bool can = !glu && rows % 4 == 0 && n <= 65535 && copy + (size_t)CHAINS * 4 * n * rows <= cap;
+    const int groups = can ? chain_groups(tiles, cols, sms) : 1;
+    const int bm = tiles < 2 * sms && groups == 1 ? GEMM_BM / 2 : GEMM_BM;
+    const dim3 grid((unsigned)((n + bm - 1) / bm), (unsigned)row_tiles, (unsigned)groups);
+    float *part = (float *)((char *)xb + copy);
+    if (groups > 1) {
+        launch(groups == 2 ? mma_gemm_kernel<GEMM_BM, false, 2> : mma_gemm_kernel<GEMM_BM, false, 1>, grid,
+               dim3(256), GEMM_SMEM(GEMM_BM), d, p, xb, rows, cols, n, mode, alpha, act, part);
+        launch(gemm_fold_kernel, dim3((unsigned)((rows / 4 + 255) / 256), (unsigned)n), dim3(256), 0, d, p,
+               (const float *)part, rows, n, mode, alpha);
+    } else if (bm == GEMM_BM)
         launch(glu ? mma_gemm_kernel<GEMM_BM, true> : mma_gemm_kernel<GEMM_BM, false>, grid, dim3(256),
-               GEMM_SMEM(GEMM_BM), d, p, xb, rows, cols, n, mode, alpha, act);
+               GEMM_SMEM(GEMM_BM), d, p, xb, rows, cols, n, mode, alpha, act, part);
     else
         launch(glu ? mma_gemm_kernel<GEMM_BM / 2, true> : mma_gemm_kernel<GEMM_BM / 2, false>, grid, dim3(256),
-               GEMM_SMEM(GEMM_BM / 2), d, p, xb, rows, cols, n, mode, alpha, act);
+               GEMM_SMEM(GEMM_BM / 2), d, p, xb, rows, cols, n, mode, alpha, act, part);
     return 1;
 }
 
@@ -590,12 +685,14 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
 
 extern "C" int gp_cu_mma_prepare(void) {
     const void *gemms[] = {(const void *)mma_gemm_kernel<GEMM_BM, false>, (const void *)mma_gemm_kernel<GEMM_BM, true>,
+                           (const void *)mma_gemm_kernel<GEMM_BM, false, 2>,
+                           (const void *)mma_gemm_kernel<GEMM_BM, false, 1>,
                            (const void *)mma_gemm_kernel<GEMM_BM / 2, false>,
                            (const void *)mma_gemm_kernel<GEMM_BM / 2, true>};
     cudaError_t e = cudaSuccess;
-    for (int i = 0; i < 4 && e == cudaSuccess; i++)
+    for (int i = 0; i < 6 && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(gemms[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)(i < 2 ? GEMM_SMEM(GEMM_BM) : GEMM_SMEM(GEMM_BM / 2)));
+                                 (int)(i < 4 ? GEMM_SMEM(GEMM_BM) : GEMM_SMEM(GEMM_BM / 2)));
     const void *ks[] = {(const void *)mma_decode_kernel<GP_CU_F32, true>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true>,
                         (const void *)mma_decode_kernel<GP_CU_F16, true>};
