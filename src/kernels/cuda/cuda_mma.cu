@@ -452,26 +452,29 @@ __device__ __forceinline__ void store_glu(const mma_parts &P, float *ub, float (
     }
 }
 
+/* f(v, t, r) for each of this thread's fragments v of a tile's sums (warp (wm, wn) holds tokens t0 + wm BM/2 ..,
+ * weight rows r0 + 32 wn ..): token t, weight row r. */
+template <int BM, typename F>
+__device__ __forceinline__ void each_frag(float (&v)[BM / 32][4][4], int32_t t0, int64_t r0, F f) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int wm = warp >> 2, wn = warp & 3;
+#pragma unroll
+    for (int i = 0; i < BM / 32; i++)
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                f(v[i][q][e], t0 + wm * (BM / 2) + i * 16 + g + (e >> 1) * 8, r0 + wn * 32 + q * 8 + 2 * c + (e & 1));
+}
+
 /* A tile's totals (tot: warp (wm, wn)'s fragments) into y: the GLU's (store_glu) or the parts' (store_out). */
 template <int BM, bool GLU>
 __device__ __forceinline__ void store_tile(const mma_parts &P, float *smem, float (&tot)[BM / 32][4][4], int32_t t0,
                                            int64_t r0, int64_t rows, int32_t n, int mode, float alpha, int act) {
-    if constexpr (GLU) {
-        store_glu<BM>(P, smem, tot, t0, r0, rows, n, mode, act);
-    } else {
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-        const int wm = warp >> 2, wn = warp & 3;
-#pragma unroll
-        for (int i = 0; i < BM / 32; i++)
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int32_t t = t0 + wm * (BM / 2) + i * 16 + g + (e >> 1) * 8;
-                    const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
-                    if (t < n && r < rows) store_out(P, tot[i][q][e], t, r, mode, alpha);
-                }
-    }
+    if constexpr (GLU) store_glu<BM>(P, smem, tot, t0, r0, rows, n, mode, act);
+    else each_frag<BM>(tot, t0, r0, [&](float &v, int32_t t, int64_t r) {
+        if (t < n && r < rows) store_out(P, v, t, r, mode, alpha);
+    });
 }
 
 /* Prefill through bf16 weights: a block of 8 warps computes BM tokens x 128 weight rows, warp (wm, wn) BM/2 x 32 of
@@ -552,17 +555,10 @@ __global__ void __launch_bounds__(256)
     /* CH < CHAINS: the sums of chain c0 + done go to part; then acc is cleared */
     auto store_chain = [&](int done) {
         float *pc = part + (size_t)(c0 + done) * n * rows;
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int32_t t = t0 + wm * (BM / 2) + i * 16 + g + (e >> 1) * 8;
-                    const int64_t r = r0 + wn * 32 + q * 8 + 2 * c + (e & 1);
-                    if (t < n && r < rows) pc[(size_t)t * rows + r] = acc[i][q][e];
-                    acc[i][q][e] = 0.0f;
-                }
+        each_frag<BM>(acc, t0, r0, [&](float &v, int32_t t, int64_t r) {
+            if (t < n && r < rows) pc[(size_t)t * rows + r] = v;
+            v = 0.0f;
+        });
     };
     int jc = j0, st = 0, stl = GEMM_ST - 1; /* the chunk to multiply, its stage, the stage to fill */
     while (jc >= 0) {
