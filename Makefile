@@ -12,7 +12,8 @@
 #                   and run each for FUZZ_SECONDS (default 20) from seeds made by tools/fuzz_seeds.py
 #   make tsan       the multi-context and thread-pool tests under ThreadSanitizer (build-tsan/)
 #   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90) in build-cuda/
-#   make test-cuda  build-cuda's CUDA tests: on a GPU machine parity, determinism and the op harness, then the
+#   make test-cuda  build-cuda's CUDA tests: on a GPU machine parity, determinism and the op harness (again with the
+#                   bf16 GEMM's chains forced into 2 and 4 groups), then the
 #                   cache, steering, LoRA, batch, KV-quantization and generation suites again on the GPU
 #                   (GENPARITY_TEST_DEVICE=cuda); without a GPU or driver they check that selecting CUDA is a clear error
 
@@ -89,6 +90,7 @@ CUDA_SUITES = steer lora batch cache kv_quant generate_parity model_parity beam
 test-cuda: cuda
 	GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests cuda backend_ops
 	@if nvidia-smi -L >/dev/null 2>&1; then \
+	    for g in 2 4; do GP_CU_GEMM_SPLIT=$$g ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests $(CUDA_SUITES); \
 	else echo "test-cuda: no usable CUDA device: the suites' GPU pass is skipped"; fi
 
