@@ -395,9 +395,13 @@ __global__ void to_bf16_kernel(uint4 *__restrict__ xb, const float4 *__restrict_
 #define GEMM_U 2 /* chunks per stage */
 #endif
 #define GEMM_BM 64 /* token rows per tile (128, with 64 x 32 per warp, measured slower: BENCHMARKS.md) */
-/* Dynamic shared memory of a BM x 128 tile: GEMM_ST stages of GEMM_U chunks of BM token rows and 128 weight rows,
- * 64 bytes each. */
-#define GEMM_SMEM(BM) ((size_t)GEMM_ST * GEMM_U * ((BM) + 128) * 64)
+#ifndef GEMM_ST32
+#define GEMM_ST32 3 /* stages of the 32-token tiles: three blocks a multiprocessor (measured: BENCHMARKS.md) */
+#endif
+#define GEMM_STAGES(BM) ((BM) == 32 ? GEMM_ST32 : GEMM_ST)
+/* Dynamic shared memory of a BM x 128 tile: GEMM_STAGES(BM) stages of GEMM_U chunks of BM token rows and 128 weight
+ * rows, 64 bytes each. */
+#define GEMM_SMEM(BM) ((size_t)GEMM_STAGES(BM) * GEMM_U * ((BM) + 128) * 64)
 
 /* Row r (< the parts' total) of up to 3 stacked weights (q|k|v in one launch): its part k and row in the part lr,
  * chosen with constant indices (a parameter array indexed at run time would go to local memory). */
@@ -485,11 +489,17 @@ __device__ __forceinline__ void store_tile(const mma_parts &P, float *smem, floa
  * tiles), so a weight tile is read from memory once and from L2 by the others.  CH < CHAINS (grids too small to fill
  * the GPU): block z of the grid's z runs chains z CH .. z CH + CH - 1 only and stores each chain's sums in part
  * [CHAINS][n][rows] (zeros for a chain with no chunk); gemm_fold_kernel adds them in chain order. */
+#if GEMM_ST32 < GEMM_ST /* fewer stages for the 32-token tiles: three blocks a multiprocessor (registers capped) */
+#define GEMM_BOUNDS(BM) __launch_bounds__(256, (BM) == 32 ? 3 : 2)
+#else
+#define GEMM_BOUNDS(BM) __launch_bounds__(256)
+#endif
 template <int BM, bool GLU, int CH = CHAINS>
-__global__ void __launch_bounds__(256)
+__global__ void GEMM_BOUNDS(BM)
     mma_gemm_kernel(mma_parts P, const uint16_t *__restrict__ xb, int64_t rows, int64_t cols, int32_t n, int mode,
                     float alpha, int act, float *__restrict__ part) {
     constexpr int MI = BM / 32; /* 16-token fragments per warp */
+    constexpr int ST = GEMM_STAGES(BM);
     constexpr int TR = BM + 128; /* shared rows per chunk: tokens, then weights */
     extern __shared__ uint4 gsm[];
     uint4(*T)[4] = (uint4(*)[4])gsm; /* [stage][chunk][TR rows][4 parts] */
@@ -538,9 +548,9 @@ __global__ void __launch_bounds__(256)
     };
     const int j0 = CH == CHAINS || c0 < nch ? c0 : -1; /* the block's first chunk (none: its chains are empty) */
     int jw = j0, jx = j0;
-    for (int st = 0; st < GEMM_ST - 1; st++) load(st, &jw, true, false);
+    for (int st = 0; st < ST - 1; st++) load(st, &jw, true, false);
     pdl_enter();
-    for (int st = 0; st < GEMM_ST - 1; st++) {
+    for (int st = 0; st < ST - 1; st++) {
         load(st, &jx, false, true);
         cp_commit();
     }
@@ -560,13 +570,13 @@ __global__ void __launch_bounds__(256)
             v = 0.0f;
         });
     };
-    int jc = j0, st = 0, stl = GEMM_ST - 1; /* the chunk to multiply, its stage, the stage to fill */
+    int jc = j0, st = 0, stl = ST - 1; /* the chunk to multiply, its stage, the stage to fill */
     while (jc >= 0) {
-        cp_wait<GEMM_ST - 2>(); /* stage st has landed (this thread's copies) */
+        cp_wait<ST - 2>(); /* stage st has landed (this thread's copies) */
         __syncthreads();        /* everyone's, and the previous stage is free */
         load(stl, &jx, true, true);
         cp_commit();
-        stl = stl + 1 == GEMM_ST ? 0 : stl + 1;
+        stl = stl + 1 == ST ? 0 : stl + 1;
 #pragma unroll
         for (int h = 0; h < GEMM_U; h++) {
             if (jc < 0) break;
@@ -584,7 +594,7 @@ __global__ void __launch_bounds__(256)
             }
             jc = next_chunk(jc, nch, cend);
         }
-        st = st + 1 == GEMM_ST ? 0 : st + 1;
+        st = st + 1 == ST ? 0 : st + 1;
     }
     cp_wait<0>();
     if constexpr (CH < CHAINS) {
