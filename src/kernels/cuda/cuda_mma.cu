@@ -484,8 +484,8 @@ __device__ __forceinline__ void store_tile(const mma_parts &P, float *smem, floa
 /* Prefill through bf16 weights: a block of 8 warps computes BM tokens x 128 weight rows, warp (wm, wn) BM/2 x 32 of
  * them, over the chunks in mma_prefill_kernel's order (chain after chain, each chain into acc, added to the total in
  * chain order) with its fragments (16-byte rows of 64-byte shared rows), so the same bits.  Operands: xb, the input
- * already in bf16 (to_bf16_kernel), and the weights, copied GEMM_U chunks per stage by cp.async, GEMM_ST - 1 stages
- * ahead; the first stages' weights before pdl_enter().  Blocks of one weight tile are adjacent in the grid (x: token
+ * already in bf16 (to_bf16_kernel), and the weights, copied GEMM_U chunks per stage by cp.async, ST - 1 stages
+ * (GEMM_STAGES) ahead; the first stages' weights before pdl_enter().  Blocks of one weight tile are adjacent in the grid (x: token
  * tiles), so a weight tile is read from memory once and from L2 by the others.  CH < CHAINS (grids too small to fill
  * the GPU): block z of the grid's z runs chains z CH .. z CH + CH - 1 only and stores each chain's sums in part
  * [CHAINS][n][rows] (zeros for a chain with no chunk); gemm_fold_kernel adds them in chain order. */
