@@ -282,11 +282,11 @@ int cmd_bench(int argc, char **argv) {
     }
     if (n_models == 0) return cli_missing("--model", "at least one model folder");
     if (threads == 0) threads = omp_get_num_procs();
+    const int cuda = device == GP_DEVICE_CUDA; /* (the CPU's kernels and bf16 instructions do not apply) */
     double bw = bw_gbs ? bw_gbs * 1e9 : 0;
-    const int dev_bw = !bw_gbs && device == GP_DEVICE_CUDA && bw_mib;
-    if (dev_bw && gp_device_copy_bandwidth(GP_DEVICE_CUDA, (uint32_t)bw_mib, &bw))
+    if (!bw_gbs && cuda && bw_mib && gp_device_copy_bandwidth(GP_DEVICE_CUDA, (uint32_t)bw_mib, &bw))
         fprintf(stderr, "genparity bench: %s (no bandwidth utilization)\n", gp_errmsg());
-    else if (!bw_gbs && device != GP_DEVICE_CUDA)
+    else if (!bw_gbs && !cuda)
         bw = measure_bandwidth(threads, bw_mib);
     const int bf16 = bench_compute == GP_COMPUTE_BF16;
     row rows[64];
@@ -296,8 +296,8 @@ int cmd_bench(int argc, char **argv) {
     if (json) {
         printf("{\"device\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"compute\":\"%s\",\"bf16_dot\":%s,"
                "\"read_bandwidth_gb_s\":%.2f,\"p\":%d,\"n\":%d,\"r\":%d,\"models\":[",
-               device == GP_DEVICE_CUDA ? "cuda" : "cpu", threads, gp_cpu_simd(), bf16 ? "bf16" : "f32",
-               bf16 && device != GP_DEVICE_CUDA && gp_cpu_bf16_dot() ? "true" : "false", bw / 1e9, p, n, reps);
+               cuda ? "cuda" : "cpu", threads, gp_cpu_simd(), bf16 ? "bf16" : "f32",
+               bf16 && !cuda && gp_cpu_bf16_dot() ? "true" : "false", bw / 1e9, p, n, reps);
         for (int i = 0, first = 1; i < n_models; i++) {
             const row *r = &rows[i];
             if (!r->ok) continue;
@@ -312,11 +312,10 @@ int cmd_bench(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        const int cuda = device == GP_DEVICE_CUDA; /* (the CPU's kernels and bf16 instructions do not apply) */
         printf("device %s, threads %d, kernels %s, compute %s, %s bandwidth %.1f GB/s, p %d, n %d, r %d\n\n",
                cuda ? "cuda" : "cpu", threads, cuda ? "cuda" : gp_cpu_simd(),
                !bf16 ? "f32" : !cuda && gp_cpu_bf16_dot() ? "bf16 (vdpbf16ps)" : "bf16",
-               bw_gbs ? "given" : device == GP_DEVICE_CUDA ? "measured device copy" : "measured read",
+               bw_gbs ? "given" : cuda ? "measured device copy" : "measured read",
                bw / 1e9, p, n, reps);
         printf("| model | arch | weights GiB | load s | pp%d t/s | tg%d t/s | tg GB/token | tg bandwidth_utilization | "
                "peak MiB |\n",
