@@ -11,7 +11,7 @@
 #   make fuzz       build the libFuzzer targets of fuzz/ (clang; ASan + UBSan incl. float-cast-overflow, build-fuzz/)
 #                   and run each for FUZZ_SECONDS (default 20) from seeds made by tools/fuzz_seeds.py
 #   make tsan       the multi-context and thread-pool tests under ThreadSanitizer (build-tsan/)
-#   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90) in build-cuda/
+#   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90a: Hopper) in build-cuda/
 #   make test-cuda  build-cuda's CUDA tests: on a GPU machine parity, determinism and the op harness (again with the
 #                   bf16 GEMM's chains forced into 2 and 4 groups), then the
 #                   cache, steering, LoRA, batch, KV-quantization and generation suites again on the GPU
@@ -35,7 +35,7 @@ LIB_SRC  := $(shell find src -name '*.c' | sort)
 # CUDA backend (GP_CUDA=1, set by `make cuda`): src/**/*.cu through nvcc, linked with cudart (static)
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null)))
-CUDA_ARCH ?= -arch=sm_90
+CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a
 NVCCFLAGS = -std=c++17 -O3 $(CUDA_ARCH) -lineinfo -Xcompiler -fPIC,-Wall -Werror all-warnings -Iinclude -Isrc
 ifeq ($(GP_CUDA),1)
 CU_SRC    := $(shell find src -name '*.cu' | sort)
@@ -90,7 +90,7 @@ CUDA_SUITES = steer lora batch cache kv_quant generate_parity model_parity beam
 test-cuda: cuda
 	GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests cuda backend_ops
 	@if nvidia-smi -L >/dev/null 2>&1; then \
-	    for g in 2 4; do GP_CU_GEMM_SPLIT=$$g ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
+	    for g in 1 2 4; do GP_CU_GEMM_SPLIT=$$g ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests $(CUDA_SUITES); \
 	else echo "test-cuda: no usable CUDA device: the suites' GPU pass is skipped"; fi
 

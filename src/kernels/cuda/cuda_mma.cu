@@ -1,6 +1,7 @@
 /* cuda_mma.cu — the bf16 compute mode's projections on tensor cores: y [n, rows] (+)= x [n, cols] @ W^T (+ bias)
  * with bf16 operands (the mode's activations are bf16 values; bf16 weights as stored, f16/f32 ones rounded to bf16
- * as transformers loads them) and float32 accumulation, through mma.sync m16n8k16 (tokens are M, weight rows N).
+ * as transformers loads them) and float32 accumulation, through mma.sync m16n8k16 (tokens are M, weight rows N) and,
+ * for split GEMMs, wgmma m64n128k16 (weight rows M, tokens N).
  *
  * One order for every token count, so one token alone gives the bits it has inside a chunk:
  *   - the columns are taken in chunks of 32; within a chunk, a fragment row's lane c (0..3) holds the 8 stored
@@ -13,8 +14,8 @@
  * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch) and the
  * prefill kernels (64 or 32 x 128 tiles through shared memory, chain after chain: mma_gemm_kernel's cp.async pipeline
  * for bf16 weights, mma_prefill_kernel's register staging for f16/f32 ones, which it rounds as it reads; where the
- * tiles are too few to fill the GPU, blocks of 1 or 2 chains whose sums gemm_fold_kernel adds in chain order) give
- * the same numbers. */
+ * tiles are too few to fill the GPU, wg_gemm_kernel's blocks of 1 or 2 chains on Hopper's wgmma, whose sums
+ * gemm_fold_kernel adds in chain order) give the same numbers. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -22,6 +23,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
+#include <type_traits>
 
 
 /* Two floats as one bf16x2 register (lo in the low half: the smaller column). */
@@ -494,10 +496,10 @@ __device__ __forceinline__ void store_tile(const mma_parts &P, float *smem, floa
 #else
 #define GEMM_BOUNDS(BM) __launch_bounds__(256)
 #endif
-template <int BM, bool GLU, int CH = CHAINS>
+template <int BM, bool GLU>
 __global__ void GEMM_BOUNDS(BM)
     mma_gemm_kernel(mma_parts P, const uint16_t *__restrict__ xb, int64_t rows, int64_t cols, int32_t n, int mode,
-                    float alpha, int act, float *__restrict__ part) {
+                    float alpha, int act) {
     constexpr int MI = BM / 32; /* 16-token fragments per warp */
     constexpr int ST = GEMM_STAGES(BM);
     constexpr int TR = BM + 128; /* shared rows per chunk: tokens, then weights */
@@ -508,8 +510,6 @@ __global__ void GEMM_BOUNDS(BM)
     const int32_t t0 = blockIdx.x * BM;
     const int64_t r0 = (int64_t)blockIdx.y * (GLU ? 64 : 128);
     const int nch = (int)((cols + 31) / 32);
-    /* this block's chains [c0, cend) (compile-time for the whole GEMM) */
-    const int c0 = CH < CHAINS ? (int)blockIdx.z * CH : 0, cend = CH < CHAINS ? c0 + CH : CHAINS;
     /* a thread copies part lpart (8 columns) of token rows lrow + 64 i and weight rows lrow, lrow + 64 */
     const int lrow = tid >> 2, lpart = tid & 3;
     constexpr int XI = (BM + 63) / 64; /* token rows a thread copies (BM 32: threads of rows 0..31 only) */
@@ -543,11 +543,10 @@ __global__ void GEMM_BOUNDS(BM)
 #pragma unroll
                 for (int i = 0; i < XI; i++)
                     if (lrow + 64 * i < BM) cp16(&T[b + lrow + 64 * i][lpart], xp[i] + k, xok[i] && kok);
-            *j = next_chunk(*j, nch, cend);
+            *j = next_chunk(*j, nch);
         }
     };
-    const int j0 = CH == CHAINS || c0 < nch ? c0 : -1; /* the block's first chunk (none: its chains are empty) */
-    int jw = j0, jx = j0;
+    int jw = 0, jx = 0;
     for (int st = 0; st < ST - 1; st++) load(st, &jw, true, false);
     pdl_enter();
     for (int st = 0; st < ST - 1; st++) {
@@ -562,15 +561,7 @@ __global__ void GEMM_BOUNDS(BM)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][q][e] = tot[i][q][e] = 0.0f;
     int chain = 0;
-    /* CH < CHAINS: the sums of chain c0 + done go to part; then acc is cleared */
-    auto store_chain = [&](int done) {
-        float *pc = part + (size_t)(c0 + done) * n * rows;
-        each_frag<BM>(acc, t0, r0, [&](float &v, int32_t t, int64_t r) {
-            if (t < n && r < rows) pc[(size_t)t * rows + r] = v;
-            v = 0.0f;
-        });
-    };
-    int jc = j0, st = 0, stl = ST - 1; /* the chunk to multiply, its stage, the stage to fill */
+    int jc = 0, st = 0, stl = ST - 1; /* the chunk to multiply, its stage, the stage to fill */
     while (jc >= 0) {
         cp_wait<ST - 2>(); /* stage st has landed (this thread's copies) */
         __syncthreads();        /* everyone's, and the previous stage is free */
@@ -588,21 +579,295 @@ __global__ void GEMM_BOUNDS(BM)
 #pragma unroll
             for (int q = 0; q < 4; q++) bw[q] = T[b + BM + wn * 32 + q * 8 + g][c];
             tile_mma<MI, 4>(acc, a, a8, bw);
-            if (jc + CHAINS >= nch) { /* jc was its chain's last chunk */
-                if constexpr (CH < CHAINS) store_chain(chain++);
-                else fold_chain(tot, acc, chain);
-            }
-            jc = next_chunk(jc, nch, cend);
+            if (jc + CHAINS >= nch) fold_chain(tot, acc, chain); /* jc was its chain's last chunk */
+            jc = next_chunk(jc, nch);
         }
         st = st + 1 == ST ? 0 : st + 1;
     }
     cp_wait<0>();
-    if constexpr (CH < CHAINS) {
-        while (chain < CH) store_chain(chain++); /* chains with no chunk: zeros */
-    } else {
-        while (chain < CHAINS) fold_chain(tot, acc, chain); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
-        store_tile<BM, GLU>(P, (float *)gsm, tot, t0, r0, rows, n, mode, alpha, act);
+    while (chain < CHAINS) fold_chain(tot, acc, chain); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+    store_tile<BM, GLU>(P, (float *)gsm, tot, t0, r0, rows, n, mode, alpha, act);
+}
+
+/* ---- split GEMMs on Hopper's warpgroup MMA (wgmma): the same chunk order and bits ---- */
+
+/* The split GEMM's operand copy of x [n, cols] (float32, cols % 8 == 0): bf16 (pack2's rounding), each token row
+ * padded with zeros to whole 32-column chunks (xb_cols), and each chunk's 64 bytes ordered as wgmma takes them: four
+ * 16-byte units q = 2h + s holding columns 8c + 4h + 2s + {0, 1} for c = 0..3 (h: the chunk's first or second
+ * product).  A 16-column product sums its 16 pairs in one rounding whatever their order (measured: mma.sync and
+ * wgmma give the same bits in any k order, BENCHMARKS.md), so product h needs the columns mma16816's A fragment gives
+ * it, lane c's 8c + 4h .. 8c + 4h + 3: units 2h, 2h + 1 are its k = 0..7 and 8..15, paired with the fragment's
+ * k = 2c + {0, 1} (columns 8c + 4h + {0, 1}) and 2c + 8 + {0, 1} (8c + 4h + {2, 3}). */
+__host__ __device__ __forceinline__ int64_t xb_cols(int64_t cols) { return (cols + 31) / 32 * 32; }
+
+__global__ void to_bf16_wg_kernel(uint4 *__restrict__ xb, const float *__restrict__ x, int64_t cols, int64_t n16) {
+    pdl_enter();
+    const int64_t rq = xb_cols(cols) / 8; /* 16-byte rows per token */
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / rq, u = i % rq, q = u & 3, k0 = (u >> 2) * 32 + 4 * (q >> 1) + 2 * (q & 1);
+        const float *xr = x + t * cols;
+        uint32_t w[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int64_t k = k0 + 8 * c;
+            const float2 v = k < cols ? *(const float2 *)(xr + k) : make_float2(0.0f, 0.0f);
+            w[c] = pack2(v.x, v.y);
+        }
+        xb[i] = make_uint4(w[0], w[1], w[2], w[3]);
     }
+}
+
+/* d (64 weight rows x 128 tokens: this thread's fragments, wg_frag's order) += A (16 columns of the warpgroup's 64
+ * weight rows, each warp's 16 as mma16816's A fragment, in registers: a, a8 hold both products of a chunk, h picks
+ * one) * B (the same 16 columns of 128 tokens: shared memory, descriptor b).  Asynchronous: d is ready after
+ * wg_wait<0>. */
+__device__ __forceinline__ void wgmma_n128(float (&d)[64], uint4 a, uint4 a8, int h, uint64_t b) {
+    const uint32_t a0 = h ? a.z : a.x, a1 = h ? a8.z : a8.x, a2 = h ? a.w : a.y, a3 = h ? a8.w : a8.y;
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                 "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b)
+                 : "memory");
+}
+
+/* wgmma's shared-memory descriptor of a K-major operand in 64-byte swizzled rows (8-row atoms of 512 bytes, the
+ * 16-byte unit u of row t stored at u ^ ((t >> 1) & 3): the reads of a product spread over the banks), from s (the
+ * product's first column in its atom's first row; atoms 512-byte aligned, 512 bytes apart). */
+__device__ __forceinline__ uint64_t wg_desc(const void *s) {
+    const uint64_t a = (__cvta_generic_to_shared(s) >> 4) & 0x3FFF;
+    return a | (uint64_t)1 << 16 | (uint64_t)(512 >> 4) << 32 | (uint64_t)2 << 62;
+}
+/* wg_fence: registers written since (A fragments, cleared accumulators) are seen by the next wgmma; wg_commit closes
+ * a group of wgmmas; wg_wait<N>: at most N groups in flight; proxy_fence: this thread's cp.async writes are seen by
+ * wgmma's reads (async proxy) after the next barrier. */
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* keeps the compiler from moving accesses of v across a wgmma (its registers change asynchronously) */
+template <int F>
+__device__ __forceinline__ void wg_hold(float (&v)[F]) {
+#pragma unroll
+    for (int i = 0; i < F; i++) asm volatile("" : "+f"(v[i])::"memory");
+}
+
+/* mbarriers in shared memory: init with the arrivals a phase takes; arrive (release); wait until the phase of the
+ * given parity has completed (acquire; the phase before the first counts as completed). */
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *b, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, int parity) {
+    asm volatile("{\n.reg .pred P;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n@!P bra WAIT;\n}\n" ::"r"(smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+}
+/* mbar_arrive by the warp's lane 0 (predicated, not a branch: a divergent path near wgmmas serializes them) */
+__device__ __forceinline__ void mbar_arrive_lane0(uint64_t *b, int lane) {
+    asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(
+                     smem_u32(b)),
+                 "r"(lane)
+                 : "memory");
+}
+
+#define WG_BN 128 /* tokens per tile */
+#ifndef WG_S
+#define WG_S 5 /* stages in the ring of buffers */
+#endif
+#ifndef WG_U
+#define WG_U 2 /* chunks a stage */
+#endif
+#ifndef WG_LAG
+#define WG_LAG 2 /* stages the producer keeps in flight before it marks one full */
+#endif
+/* Dynamic shared memory: WG_S stages of WG_U chunks of WG_BN token rows (wgmma's swizzled rows) and 128 weight rows,
+ * 64 bytes each, then the ring's 2 WG_S mbarriers. */
+#define WG_SMEM ((size_t)WG_S * WG_U * (WG_BN + 128) * 64 + 16 * WG_S)
+
+/* f(v, t, r) for each of this thread's fragments v of a tile's sums: warpgroup wg holds weight rows r0 + 64 wg ..,
+ * its warp w rows 16 w + g, 16 w + g + 8; fragment 4 j + e token t0 + 8 j + 2 c + (e & 1), row + 8 (e >> 1). */
+template <int BN, typename F>
+__device__ __forceinline__ void wg_frag(float (&v)[BN / 2], int32_t t0, int64_t r0, F f) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int64_t r = r0 + 16 * warp + g; /* warp = 4 wg + w */
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) f(v[4 * j + e], t0 + 8 * j + 2 * c + (e & 1), r + 8 * (e >> 1));
+}
+
+/* A split GEMM (chain groups, chain_groups) through bf16 weights: a block of 2 consumer warpgroups and a producer
+ * warpgroup computes chains z CH .. z CH + CH - 1 (grid z) of 128 weight rows x WG_BN tokens, over the chunks in
+ * mma_prefill_kernel's order, and stores each chain's sums in part [CHAINS][n][rows] (zeros for a chain with no
+ * chunk) for gemm_fold_kernel.  The producer copies the chunks, WG_U a stage (a stage ends with its chain), by
+ * cp.async into a ring of WG_S stage buffers (WG_BN token rows of xb in wgmma's swizzled rows, 128 weight rows of 64
+ * bytes a chunk), waiting for a buffer's empty mbarrier and marking its full one once its copies have landed (WG_LAG
+ * stages later); consumer warpgroup wg multiplies weight rows 64 wg .. with one wgmma m64n128k16 per 16-column
+ * product (A: the weights' fragments read as mma16816's; B: the tokens), keeps one stage's products in flight and
+ * frees a buffer when its products are done.  Blocks of one weight tile are adjacent in the grid (x: token tiles), so
+ * a weight tile is read from memory once and from L2 by the others. */
+template <int CH>
+__device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *__restrict__ xb, int64_t rows,
+                                              int64_t cols, int32_t n, uint4 *gsm, uint64_t *full, uint64_t *empty,
+                                              int j0, int cend, int pw) {
+    constexpr int BN = WG_BN, SQ = (BN + 128) * 4, WU = 4, XU = BN / 32; /* copies a lane and chunk: weights, tokens */
+    const int lane = threadIdx.x & 31, nch = (int)((cols + 31) / 32);
+    const int32_t t0 = blockIdx.x * BN;
+    const int64_t r0 = (int64_t)blockIdx.y * 128, xc = xb_cols(cols);
+    /* warp pw: weights: part lane & 3 of rows 32 pw + lane / 4 + 8 u; tokens: unit lane / 8 of tokens
+     * 8 (XU pw + u) + lane % 8 */
+    const uint16_t *wp[WU];
+    uint32_t wok = 0;
+#pragma unroll
+    for (int u = 0; u < WU; u++) {
+        int64_t lr;
+        const int64_t r = r0 + 32 * pw + (lane >> 2) + 8 * u;
+        const int k = part_row(P, r < rows ? r : 0, &lr);
+        const uint16_t *W = (const uint16_t *)(k == 0 ? P.W[0] : k == 1 ? P.W[1] : P.W[2]);
+        wok |= (uint32_t)(r < rows) << u, wp[u] = W + lr * cols + 8 * (lane & 3);
+    }
+    const int q = lane >> 3, tl = lane & 7;
+    const uint16_t *xp = xb + (int64_t)t0 * xc + (int64_t)tl * xc + 8 * q;
+    auto load_w = [&](uint4 *b, int j) {
+        const int k = j * 32;
+        const bool kok = k + 8 * (lane & 3) < cols;
+#pragma unroll
+        for (int u = 0; u < WU; u++)
+            cp16(b + (BN + 32 * pw + (lane >> 2) + 8 * u) * 4 + (lane & 3), wp[u] + k, (wok >> u & 1) && kok);
+    };
+    auto load_x = [&](uint4 *b, int j) {
+#pragma unroll
+        for (int u = 0; u < XU; u++) {
+            const int t = tl + 8 * (XU * pw + u); /* its 64-byte row, swizzled (wg_desc) */
+            const bool ok = t0 + t < n;
+            cp16(b + t * 4 + (q ^ ((t >> 1) & 3)), ok ? xp + (int64_t)8 * (XU * pw + u) * xc + j * 32 : xb, ok);
+        }
+    };
+    /* calls f(slot, chunk) for the chunks of the stage from *j (up to WG_U; a stage ends with its chain) */
+    auto each_chunk = [&](int s, int *j, auto f) {
+        for (int h = 0; h < WG_U && *j >= 0; h++) {
+            f(gsm + (s * WG_U + h) * SQ, *j);
+            const bool last = *j + CHAINS >= nch;
+            *j = next_chunk(*j, nch, cend);
+            if (last) break;
+        }
+    };
+    /* the first WG_S stages' weights before the wait for the previous kernel (they do not depend on it) */
+    int j = j0;
+    for (int s = 0; s < WG_S && j >= 0; s++) each_chunk(s, &j, load_w);
+    pdl_enter();
+    int i = 0;
+    for (j = j0; j >= 0; i++) {
+        const int s = i % WG_S;
+        if (i >= WG_S) mbar_wait(&empty[s], ((i / WG_S) & 1) ^ 1);
+        each_chunk(s, &j, [&](uint4 *b, int jj) {
+            if (i >= WG_S) load_w(b, jj);
+            load_x(b, jj);
+        });
+        cp_commit();
+        if (i >= WG_LAG) {
+            cp_wait<WG_LAG>();
+            proxy_fence();
+            mbar_arrive(&full[(i - WG_LAG) % WG_S]);
+        }
+    }
+    cp_wait<0>();
+    proxy_fence();
+    for (int m = i > WG_LAG ? i - WG_LAG : 0; m < i; m++) mbar_arrive(&full[m % WG_S]);
+}
+
+template <int CH>
+__global__ void __launch_bounds__(384, 1)
+    wg_gemm_kernel(mma_parts P, const uint16_t *__restrict__ xb, int64_t rows, int64_t cols, int32_t n,
+                   float *__restrict__ part) {
+    constexpr int BN = WG_BN, NF = BN / 2, SQ = (BN + 128) * 4; /* accumulators a thread; 16-byte rows a chunk */
+    extern __shared__ __align__(1024) uint4 gsm[];              /* [WG_S][WG_U][SQ], then the mbarriers */
+    uint64_t *full = (uint64_t *)(gsm + WG_S * WG_U * SQ), *empty = full + WG_S;
+    /* warp through a shuffle: the compiler then knows it is the same in every lane (a role branch it cannot prove
+     * uniform makes it serialize the wgmmas) */
+    const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(~0u, tid >> 5, 0), g = lane >> 2, c = lane & 3;
+    const int32_t t0 = blockIdx.x * BN;
+    const int64_t r0 = (int64_t)blockIdx.y * 128;
+    const int nch = (int)((cols + 31) / 32), c0 = (int)blockIdx.z * CH, cend = c0 + CH;
+    const int j0 = c0 < nch ? c0 : -1; /* the block's first chunk (none: its chains are empty) */
+    if (tid == 0)
+        for (int s = 0; s < WG_S; s++) mbar_init(&full[s], 128), mbar_init(&empty[s], 8);
+    __syncthreads();
+    if (warp >= 8) {
+        wg_producer<CH>(P, xb, rows, cols, n, gsm, full, empty, j0, cend, warp - 8);
+        return;
+    }
+    pdl_enter();
+    float acc[NF];
+#pragma unroll
+    for (int i = 0; i < NF; i++) acc[i] = 0.0f;
+    int chain = 0, freed = 0; /* chains done; stages whose buffers were freed */
+    auto free_to = [&](int end) { /* frees the buffers of stages [freed, end): their products are done */
+        for (; freed < end; freed++) mbar_arrive_lane0(&empty[freed % WG_S], lane);
+    };
+    auto end_chain = [&]() { /* a finished chain's sums to part */
+        float *pc = part + (size_t)(c0 + chain++) * n * rows;
+        wg_frag<BN>(acc, t0, r0, [&](float &v, int32_t t, int64_t r) {
+            if (t < n && r < rows) pc[(size_t)t * rows + r] = v;
+            v = 0.0f;
+        });
+    };
+    const int wr = BN + 16 * warp + g; /* this thread's fragment rows wr, wr + 8 of a chunk's weights */
+    uint4 a[2][WG_U][2];                /* two stages' fragments: one may still be read by the wgmmas in flight */
+    int jc = j0;
+    auto stage = [&](auto par, int i) {
+        constexpr int pr = decltype(par)::value;
+        const uint4 *b = gsm + (i % WG_S) * WG_U * SQ;
+        mbar_wait(&full[i % WG_S], (i / WG_S) & 1);
+#pragma unroll
+        for (int h = 0; h < WG_U; h++) /* all before the first wgmma: one written between two serializes them */
+            a[pr][h][0] = b[h * SQ + wr * 4 + c], a[pr][h][1] = b[h * SQ + (wr + 8) * 4 + c];
+        wg_fence();
+        bool last = false; /* the stage ends its chain (the producer's stages do) */
+#pragma unroll
+        for (int h = 0; h < WG_U && !last; h++) {
+#pragma unroll
+            for (int p = 0; p < 2; p++) wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(b + h * SQ + 2 * p));
+            last = jc + CHAINS >= nch;
+            jc = next_chunk(jc, nch, cend);
+        }
+        wg_commit();
+        if (last) {
+            wg_wait<0>();
+            wg_hold(acc);
+            free_to(i + 1);
+            end_chain();
+        } else {
+            wg_wait<1>();
+            free_to(i);
+        }
+    };
+    for (int i = 0; jc >= 0;) {
+        stage(std::integral_constant<int, 0>(), i++);
+        if (jc < 0) break;
+        stage(std::integral_constant<int, 1>(), i++);
+    }
+    wg_wait<0>();
+    wg_hold(acc);
+    while (chain < CH) end_chain(); /* chains with no chunk: zeros */
 }
 
 /* The chains' sums of a split GEMM (part [CHAINS][n][rows], rows % 4 == 0) added in chain order, ((c0 + c1) + c2) +
@@ -625,24 +890,28 @@ __global__ void gemm_fold_kernel(mma_parts P, const float *__restrict__ part, in
     store_out(P, v.z, t, r + 2, mode, alpha), store_out(P, v.w, t, r + 3, mode, alpha);
 }
 
-/* Chain groups for a GEMM of `tiles` 64-token tiles over cols columns (each block runs CHAINS / groups chains; 1: no
- * split): none where the tiles give two blocks a multiprocessor; 2 or 4 where tiles of 32 tokens would not give one
- * either; else (32-token tiles) none, unless each of 2 groups keeps 64 chunks or more, where the 64-token tiles'
- * fewer shared-memory reads a product outweigh the fold (measured: BENCHMARKS.md).  GP_CU_GEMM_SPLIT=1, 2 or 4 in
- * the environment sets the groups of every GEMM that may split (tests, measurements). */
-static int chain_groups(int64_t tiles, int64_t cols, int64_t sms) {
+/* GP_CU_GEMM_SPLIT=1, 2 or 4 in the environment: the chain groups of every GEMM that may split (1: none, and
+ * 64-token tiles however few; tests, measurements); else 0. */
+static int gemm_force(void) {
     static const int force = getenv("GP_CU_GEMM_SPLIT") ? atoi(getenv("GP_CU_GEMM_SPLIT")) : 0;
-    if (force == 1 || force == 2 || force == 4) return force;
+    return force == 1 || force == 2 || force == 4 ? force : 0;
+}
+
+/* Chain groups for a GEMM of `tiles` 64-token tiles over cols columns (each block of wg_gemm_kernel runs CHAINS /
+ * groups chains; 1: no split, mma_gemm_kernel): none where the tiles give two blocks a multiprocessor; else 2 for
+ * 4096 columns or more (64 chunks or more a group), else 4 (measured against the 32-token tiles and each other:
+ * BENCHMARKS.md). */
+static int chain_groups(int64_t tiles, int64_t cols, int64_t sms) {
+    if (gemm_force()) return gemm_force();
     if (tiles >= 2 * sms) return 1;
-    if (2 * tiles < sms) return 4 * tiles < 2 * sms ? 4 : 2;
-    return cols >= 2 * 64 * 32 ? 2 : 1;
+    return cols >= 4096 ? 2 : 4;
 }
 
 /* Bytes of d's scratch for the GEMMs of up to max_tokens tokens and max_cols columns: the bf16 copy of the input,
  * then the chains' sums of a split GEMM (at most CHAINS floats for each output of a grid under two blocks a
  * multiprocessor). */
 extern "C" size_t gp_cu_gemm_scratch_bytes(int64_t max_tokens, int64_t max_cols) {
-    const size_t copy = ((size_t)max_tokens * (size_t)max_cols * 2 + 255) / 256 * 256;
+    const size_t copy = ((size_t)max_tokens * (size_t)xb_cols(max_cols) * 2 + 255) / 256 * 256;
     const size_t split = (size_t)CHAINS * 4 * 2 * (size_t)gp_cu_sm_count() * GEMM_BM * 128;
     const size_t need = (size_t)CHAINS * 4 * (size_t)max_tokens * (size_t)max_cols;
     return copy + (need < split ? need : split);
@@ -658,31 +927,37 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
     int64_t rows = 0;
     for (int i = 0; i < (glu ? 1 : p.m); i++) rows += p.rows[i];
     const int64_t tile_rows = glu ? 64 : 128, row_tiles = (rows + tile_rows - 1) / tile_rows;
-    const size_t copy = ((size_t)n * (size_t)cols * 2 + 255) / 256 * 256;
+    const size_t copy = ((size_t)n * (size_t)xb_cols(cols) * 2 + 255) / 256 * 256; /* either copy fits this */
     if (!xb || copy > cap || row_tiles > 65535) return 0;
-    const int64_t n8 = (int64_t)n * cols / 8;
-    launch(to_bf16_kernel, dim3((unsigned)((n8 + 255) / 256 < 1024 ? (n8 + 255) / 256 : 1024)), dim3(256), 0, d,
-           (uint4 *)xb, (const float4 *)x, n8);
-    /* a grid of fewer 64-token tiles than two a multiprocessor: chain groups (chain_groups; their sums through the
-     * scratch, then gemm_fold_kernel) or tiles of half as many tokens (a GLU, no room, or no split chosen) */
+    /* a grid of fewer 64-token tiles than two a multiprocessor: chain groups (chain_groups; wg_gemm_kernel, then
+     * gemm_fold_kernel) or tiles of half as many tokens (a GLU, no room, or no split chosen) */
     static const int64_t sms = gp_cu_sm_count();
     const int64_t tiles = (n + GEMM_BM - 1) / GEMM_BM * row_tiles;
     const bool can = !glu && rows % 4 == 0 && n <= 65535 && copy + (size_t)CHAINS * 4 * n * rows <= cap;
     const int groups = can ? chain_groups(tiles, cols, sms) : 1;
-    const int bm = tiles < 2 * sms && groups == 1 ? GEMM_BM / 2 : GEMM_BM;
-    const dim3 grid((unsigned)((n + bm - 1) / bm), (unsigned)row_tiles, (unsigned)groups);
-    float *part = (float *)((char *)xb + copy);
+    const int64_t cvb = ((int64_t)n * xb_cols(cols) / 8 + 255) / 256;
+    const unsigned cvt = (unsigned)(cvb < 1024 ? cvb : 1024); /* blocks of the operand copy */
     if (groups > 1) {
-        launch(groups == 2 ? mma_gemm_kernel<GEMM_BM, false, 2> : mma_gemm_kernel<GEMM_BM, false, 1>, grid,
-               dim3(256), GEMM_SMEM(GEMM_BM), d, p, xb, rows, cols, n, mode, alpha, act, part);
+        float *part = (float *)((char *)xb + copy);
+        const int64_t n16 = (int64_t)n * xb_cols(cols) / 8;
+        launch(to_bf16_wg_kernel, dim3(cvt), dim3(256), 0, d, (uint4 *)xb, x, cols, n16);
+        launch(groups == 2 ? wg_gemm_kernel<2> : wg_gemm_kernel<1>,
+               dim3((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups), dim3(384), WG_SMEM, d,
+               p, xb, rows, cols, n, part);
         launch(gemm_fold_kernel, dim3((unsigned)((rows / 4 + 255) / 256), (unsigned)n), dim3(256), 0, d, p,
                (const float *)part, rows, n, mode, alpha);
-    } else if (bm == GEMM_BM)
+        return 1;
+    }
+    const int64_t n8 = (int64_t)n * cols / 8;
+    launch(to_bf16_kernel, dim3(cvt), dim3(256), 0, d, (uint4 *)xb, (const float4 *)x, n8);
+    const int bm = tiles < 2 * sms && gemm_force() != 1 ? GEMM_BM / 2 : GEMM_BM;
+    const dim3 grid((unsigned)((n + bm - 1) / bm), (unsigned)row_tiles);
+    if (bm == GEMM_BM)
         launch(glu ? mma_gemm_kernel<GEMM_BM, true> : mma_gemm_kernel<GEMM_BM, false>, grid, dim3(256),
-               GEMM_SMEM(GEMM_BM), d, p, xb, rows, cols, n, mode, alpha, act, part);
+               GEMM_SMEM(GEMM_BM), d, p, xb, rows, cols, n, mode, alpha, act);
     else
         launch(glu ? mma_gemm_kernel<GEMM_BM / 2, true> : mma_gemm_kernel<GEMM_BM / 2, false>, grid, dim3(256),
-               GEMM_SMEM(GEMM_BM / 2), d, p, xb, rows, cols, n, mode, alpha, act, part);
+               GEMM_SMEM(GEMM_BM / 2), d, p, xb, rows, cols, n, mode, alpha, act);
     return 1;
 }
 
@@ -691,14 +966,13 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
 
 extern "C" int gp_cu_mma_prepare(void) {
     const void *gemms[] = {(const void *)mma_gemm_kernel<GEMM_BM, false>, (const void *)mma_gemm_kernel<GEMM_BM, true>,
-                           (const void *)mma_gemm_kernel<GEMM_BM, false, 2>,
-                           (const void *)mma_gemm_kernel<GEMM_BM, false, 1>,
                            (const void *)mma_gemm_kernel<GEMM_BM / 2, false>,
-                           (const void *)mma_gemm_kernel<GEMM_BM / 2, true>};
+                           (const void *)mma_gemm_kernel<GEMM_BM / 2, true>, (const void *)wg_gemm_kernel<2>,
+                           (const void *)wg_gemm_kernel<1>};
     cudaError_t e = cudaSuccess;
     for (int i = 0; i < 6 && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(gemms[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)(i < 4 ? GEMM_SMEM(GEMM_BM) : GEMM_SMEM(GEMM_BM / 2)));
+                                 (int)(i < 2 ? GEMM_SMEM(GEMM_BM) : i < 4 ? GEMM_SMEM(GEMM_BM / 2) : WG_SMEM));
     const void *ks[] = {(const void *)mma_decode_kernel<GP_CU_F32, true>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true>,
                         (const void *)mma_decode_kernel<GP_CU_F16, true>};
