@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tools/cuda_timeline.py — a decode step's timeline from a GP_CU_TRACE build, without Nsight Systems.
 
-Build the diagnostic binary here:   make cuda CUDA_ARCH="-arch=sm_90 -DGP_CU_TRACE"
+Build the diagnostic binary here:   make cuda CUDA_ARCH="-gencode arch=compute_90a,code=sm_90a -DGP_CU_TRACE"
 Run it on the GPU machine:           GENPARITY_CUDA_GRAPH=0 GP_CU_TRACE_FILE=t.txt genparity bench --device cuda \\
                                          -m M -p 0 -n 200 -r 1 --compute f32
 Read it:                             python3 tools/cuda_timeline.py t.txt [--steps]
