@@ -13,7 +13,7 @@
 #   make tsan       the multi-context and thread-pool tests under ThreadSanitizer (build-tsan/)
 #   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90a: Hopper) in build-cuda/
 #   make test-cuda  build-cuda's CUDA tests: on a GPU machine parity, determinism and the op harness (again with the
-#                   bf16 GEMM's chains forced into 2 and 4 groups), then the
+#                   bf16 GEMM's chains forced into 1, 2 and 4 groups), then the
 #                   cache, steering, LoRA, batch, KV-quantization and generation suites again on the GPU
 #                   (GENPARITY_TEST_DEVICE=cuda); without a GPU or driver they check that selecting CUDA is a clear error
 

@@ -214,7 +214,8 @@ static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) 
     if (!e) e = gp_cu_alloc(w->d, (void **)&w->ids, idb);
     if (!e) e = gp_cu_host_alloc((void **)&w->ids_host, idb);
     /* the bf16 mode's GEMM scratch: the input copy [max_tokens, max_cols] bf16, a split GEMM's chain sums */
-    if (!e && p->compute == GP_COMPUTE_BF16) e = gp_cu_reserve(w->d, gp_cu_gemm_scratch_bytes(p->max_tokens, p->max_cols));
+    if (!e && p->compute == GP_COMPUTE_BF16)
+        e = gp_cu_reserve(w->d, gp_cu_gemm_scratch_bytes(p->max_tokens, p->max_cols));
     if (!e) e = gp_cu_graphs(w->d, graphs_mode());
     if (e) {
         cu_ws_free(ws);

@@ -487,10 +487,9 @@ __device__ __forceinline__ void store_tile(const mma_parts &P, float *smem, floa
  * them, over the chunks in mma_prefill_kernel's order (chain after chain, each chain into acc, added to the total in
  * chain order) with its fragments (16-byte rows of 64-byte shared rows), so the same bits.  Operands: xb, the input
  * already in bf16 (to_bf16_kernel), and the weights, copied GEMM_U chunks per stage by cp.async, ST - 1 stages
- * (GEMM_STAGES) ahead; the first stages' weights before pdl_enter().  Blocks of one weight tile are adjacent in the grid (x: token
- * tiles), so a weight tile is read from memory once and from L2 by the others.  CH < CHAINS (grids too small to fill
- * the GPU): block z of the grid's z runs chains z CH .. z CH + CH - 1 only and stores each chain's sums in part
- * [CHAINS][n][rows] (zeros for a chain with no chunk); gemm_fold_kernel adds them in chain order. */
+ * (GEMM_STAGES) ahead; the first stages' weights before pdl_enter().  Blocks of one weight tile are adjacent in the
+ * grid (x: token tiles), so a weight tile is read from memory once and from L2 by the others.  (A grid too small to
+ * fill the GPU splits its chains instead: wg_gemm_kernel.) */
 #if GEMM_ST32 < GEMM_ST /* fewer stages for the 32-token tiles: three blocks a multiprocessor (registers capped) */
 #define GEMM_BOUNDS(BM) __launch_bounds__(256, (BM) == 32 ? 3 : 2)
 #else
@@ -585,7 +584,8 @@ __global__ void GEMM_BOUNDS(BM)
         st = st + 1 == ST ? 0 : st + 1;
     }
     cp_wait<0>();
-    while (chain < CHAINS) fold_chain(tot, acc, chain); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+    /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+    while (chain < CHAINS) fold_chain(tot, acc, chain);
     store_tile<BM, GLU>(P, (float *)gsm, tot, t0, r0, rows, n, mode, alpha, act);
 }
 
@@ -935,11 +935,10 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
     const int64_t tiles = (n + GEMM_BM - 1) / GEMM_BM * row_tiles;
     const bool can = !glu && rows % 4 == 0 && n <= 65535 && copy + (size_t)CHAINS * 4 * n * rows <= cap;
     const int groups = can ? chain_groups(tiles, cols, sms) : 1;
-    const int64_t cvb = ((int64_t)n * xb_cols(cols) / 8 + 255) / 256;
-    const unsigned cvt = (unsigned)(cvb < 1024 ? cvb : 1024); /* blocks of the operand copy */
+    const int64_t n16 = (int64_t)n * xb_cols(cols) / 8, cvb = (n16 + 255) / 256; /* the copy's 16-byte units */
+    const unsigned cvt = (unsigned)(cvb < 1024 ? cvb : 1024); /* blocks of the copy */
     if (groups > 1) {
         float *part = (float *)((char *)xb + copy);
-        const int64_t n16 = (int64_t)n * xb_cols(cols) / 8;
         launch(to_bf16_wg_kernel, dim3(cvt), dim3(256), 0, d, (uint4 *)xb, x, cols, n16);
         launch(groups == 2 ? wg_gemm_kernel<2> : wg_gemm_kernel<1>,
                dim3((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups), dim3(384), WG_SMEM, d,
