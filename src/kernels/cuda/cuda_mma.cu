@@ -724,23 +724,24 @@ __device__ __forceinline__ void wg_frag(float (&v)[BN / 2], int32_t t0, int64_t 
  * product (A: the weights' fragments read as mma16816's; B: the tokens), keeps one stage's products in flight and
  * frees a buffer when its products are done.  Blocks of one weight tile are adjacent in the grid (x: token tiles), so
  * a weight tile is read from memory once and from L2 by the others. */
-template <int CH>
+template <bool GLU>
 __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *__restrict__ xb, int64_t rows,
                                               int64_t cols, int32_t n, uint4 *gsm, uint64_t *full, uint64_t *empty,
                                               int j0, int cend, int pw) {
     constexpr int BN = WG_BN, SQ = (BN + 128) * 4, WU = 4, XU = BN / 32; /* copies a lane and chunk: weights, tokens */
     const int lane = threadIdx.x & 31, nch = (int)((cols + 31) / 32);
     const int32_t t0 = blockIdx.x * BN;
-    const int64_t r0 = (int64_t)blockIdx.y * 128, xc = xb_cols(cols);
-    /* warp pw: weights: part lane & 3 of rows 32 pw + lane / 4 + 8 u; tokens: unit lane / 8 of tokens
-     * 8 (XU pw + u) + lane % 8 */
+    const int64_t r0 = (int64_t)blockIdx.y * (GLU ? 64 : 128), xc = xb_cols(cols);
+    /* warp pw: weights: part lane & 3 of tile rows 32 pw + lane / 4 + 8 u (GLU: the gate's rows r0.., then the
+     * up's); tokens: unit lane / 8 of tokens 8 (XU pw + u) + lane % 8 */
     const uint16_t *wp[WU];
     uint32_t wok = 0;
 #pragma unroll
     for (int u = 0; u < WU; u++) {
         int64_t lr;
-        const int64_t r = r0 + 32 * pw + (lane >> 2) + 8 * u;
-        const int k = part_row(P, r < rows ? r : 0, &lr);
+        const int tr = 32 * pw + (lane >> 2) + 8 * u;
+        const int64_t r = GLU ? r0 + (tr & 63) : r0 + tr;
+        const int k = GLU ? (lr = r < rows ? r : 0, tr >> 6) : part_row(P, r < rows ? r : 0, &lr);
         const uint16_t *W = (const uint16_t *)(k == 0 ? P.W[0] : k == 1 ? P.W[1] : P.W[2]);
         wok |= (uint32_t)(r < rows) << u, wp[u] = W + lr * cols + 8 * (lane & 3);
     }
@@ -794,41 +795,76 @@ __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *
     for (int m = i > WG_LAG ? i - WG_LAG : 0; m < i; m++) mbar_arrive(&full[m % WG_S]);
 }
 
-template <int CH>
+/* The whole GEMM's total (wg_gemm_kernel<CHAINS, ...>) in shared memory ts after the stage ring: fragment i of consumer
+ * thread tid at ts[i * 256 + tid] (a warp's accesses conflict-free).  (In registers beside the chain's accumulators it
+ * spilled: 168 registers a thread at 384 threads.) */
+#define WG_SMEM_WHOLE (WG_SMEM + (size_t)WG_BN / 2 * 256 * 4)
+
+/* The GLU tile's outputs (wg_gemm_kernel<CHAINS, true>) from the totals ts: consumer warpgroup 0 holds the gate rows'
+ * sums, warpgroup 1 the same rows' up sums (fragment i of thread tid + 128); warpgroup 0 stores y [n, rows] =
+ * glu_val(gate, up) of the two mm_val'd, store_glu's bits. */
+__device__ __forceinline__ void wg_store_glu(const mma_parts &P, const float *ts, int32_t t0, int64_t r0, int64_t rows,
+                                             int32_t n, int mode, int act) {
+    const int tid = threadIdx.x, g = (tid & 31) >> 2, c = tid & 3, bf = (mode & GP_CU_ROUND) != 0;
+#pragma unroll
+    for (int i = 0; i < WG_BN / 2; i++) { /* wg_frag's order: fragment i = 4 j + e */
+        const int32_t t = t0 + 8 * (i >> 2) + 2 * c + (i & 1);
+        const int64_t r = r0 + 16 * (tid >> 5) + g + 8 * ((i >> 1) & 1);
+        if (t >= n || r >= rows) continue;
+        const float gv = mm_val(ts[i * 256 + tid], P.B[0] != NULL, P.B[0] ? wt_at(P.B[0], P.bdt[0], r) : 0.0f, mode, 1.0f);
+        const float uv = mm_val(ts[i * 256 + tid + 128], P.B[1] != NULL, P.B[1] ? wt_at(P.B[1], P.bdt[1], r) : 0.0f, mode,
+                                1.0f);
+        P.Y[0][(size_t)t * rows + r] = glu_val(gv, uv, act, bf);
+    }
+}
+
+template <int CH, bool GLU>
 __global__ void __launch_bounds__(384, 1)
     wg_gemm_kernel(mma_parts P, const uint16_t *__restrict__ xb, int64_t rows, int64_t cols, int32_t n,
-                   float *__restrict__ part) {
+                   float *__restrict__ part, int mode, float alpha, int act) {
+    static_assert(!GLU || CH == CHAINS, "a GLU needs its whole sums");
     constexpr int BN = WG_BN, NF = BN / 2, SQ = (BN + 128) * 4; /* accumulators a thread; 16-byte rows a chunk */
+    constexpr bool WHOLE = CH == CHAINS; /* every chain here: their total in registers, stored as mma_gemm_kernel's */
     extern __shared__ __align__(1024) uint4 gsm[];              /* [WG_S][WG_U][SQ], then the mbarriers */
     uint64_t *full = (uint64_t *)(gsm + WG_S * WG_U * SQ), *empty = full + WG_S;
     /* warp through a shuffle: the compiler then knows it is the same in every lane (a role branch it cannot prove
      * uniform makes it serialize the wgmmas) */
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(~0u, tid >> 5, 0), g = lane >> 2, c = lane & 3;
     const int32_t t0 = blockIdx.x * BN;
-    const int64_t r0 = (int64_t)blockIdx.y * 128;
+    const int64_t r0 = (int64_t)blockIdx.y * (GLU ? 64 : 128);
     const int nch = (int)((cols + 31) / 32), c0 = (int)blockIdx.z * CH, cend = c0 + CH;
     const int j0 = c0 < nch ? c0 : -1; /* the block's first chunk (none: its chains are empty) */
     if (tid == 0)
         for (int s = 0; s < WG_S; s++) mbar_init(&full[s], 128), mbar_init(&empty[s], 8);
     __syncthreads();
     if (warp >= 8) {
-        wg_producer<CH>(P, xb, rows, cols, n, gsm, full, empty, j0, cend, warp - 8);
+        wg_producer<GLU>(P, xb, rows, cols, n, gsm, full, empty, j0, cend, warp - 8);
         return;
     }
     pdl_enter();
-    float acc[NF];
+    float acc[NF], *ts = (float *)(empty + WG_S); /* ts: the total (WHOLE) */
 #pragma unroll
     for (int i = 0; i < NF; i++) acc[i] = 0.0f;
     int chain = 0, freed = 0; /* chains done; stages whose buffers were freed */
     auto free_to = [&](int end) { /* frees the buffers of stages [freed, end): their products are done */
         for (; freed < end; freed++) mbar_arrive_lane0(&empty[freed % WG_S], lane);
     };
-    auto end_chain = [&]() { /* a finished chain's sums to part */
-        float *pc = part + (size_t)(c0 + chain++) * n * rows;
-        wg_frag<BN>(acc, t0, r0, [&](float &v, int32_t t, int64_t r) {
-            if (t < n && r < rows) pc[(size_t)t * rows + r] = v;
-            v = 0.0f;
-        });
+    auto end_chain = [&]() { /* a finished chain's sums to the total (fold_chain's order) or to part */
+        if constexpr (WHOLE) {
+#pragma unroll
+            for (int i = 0; i < NF; i++) {
+                float &t = ts[i * 256 + tid];
+                t = chain ? t + acc[i] : acc[i];
+                acc[i] = 0.0f;
+            }
+            chain++;
+        } else {
+            float *pc = part + (size_t)(c0 + chain++) * n * rows;
+            wg_frag<BN>(acc, t0, r0, [&](float &v, int32_t t, int64_t r) {
+                if (t < n && r < rows) pc[(size_t)t * rows + r] = v;
+                v = 0.0f;
+            });
+        }
     };
     const int wr = BN + 16 * warp + g; /* this thread's fragment rows wr, wr + 8 of a chunk's weights */
     uint4 a[2][WG_U][2];                /* two stages' fragments: one may still be read by the wgmmas in flight */
@@ -867,7 +903,17 @@ __global__ void __launch_bounds__(384, 1)
     }
     wg_wait<0>();
     wg_hold(acc);
-    while (chain < CH) end_chain(); /* chains with no chunk: zeros */
+    while (chain < CH) end_chain(); /* chains with no chunk: zeros (as in decode) */
+    if constexpr (GLU) {
+        asm volatile("bar.sync 1, 256;" ::: "memory"); /* the up sums are in ts */
+        if (warp < 4) wg_store_glu(P, ts, t0, r0, rows, n, mode, act);
+    } else if constexpr (WHOLE) {
+#pragma unroll
+        for (int i = 0; i < NF; i++) acc[i] = ts[i * 256 + tid];
+        wg_frag<BN>(acc, t0, r0, [&](float &v, int32_t t, int64_t r) {
+            if (t < n && r < rows) store_out(P, v, t, r, mode, alpha);
+        });
+    }
 }
 
 /* The chains' sums of a split GEMM (part [CHAINS][n][rows], rows % 4 == 0) added in chain order, ((c0 + c1) + c2) +
@@ -895,6 +941,17 @@ __global__ void gemm_fold_kernel(mma_parts P, const float *__restrict__ part, in
 static int gemm_force(void) {
     static const int force = getenv("GP_CU_GEMM_SPLIT") ? atoi(getenv("GP_CU_GEMM_SPLIT")) : 0;
     return force == 1 || force == 2 || force == 4 ? force : 0;
+}
+
+/* Whether a GEMM that does not split (or a GLU) runs whole on wgmma (wg_gemm_kernel<CHAINS, ...>): where its blocks
+ * of WG_BN tokens keep the multiprocessors' waves 85% busy or more, counting the tile's rows past the tokens as idle
+ * (measured: the 8B shape's q|k|v and Qwen3-0.6B's GLU, 192 blocks in two waves of 132, lose to the mma.sync kernel;
+ * BENCHMARKS.md).  GP_CU_WG_WHOLE=1 or 0 in the environment forces it (tests, measurements). */
+static bool wg_whole(int32_t n, int64_t row_tiles, int64_t sms) {
+    static const int force = getenv("GP_CU_WG_WHOLE") ? atoi(getenv("GP_CU_WG_WHOLE")) : -1;
+    if (force == 0 || force == 1) return force == 1;
+    const int64_t tt = (n + WG_BN - 1) / WG_BN, blocks = tt * row_tiles, waves = (blocks + sms - 1) / sms;
+    return (double)n / (double)(tt * WG_BN) * (double)blocks / (double)(waves * sms) >= 0.85;
 }
 
 /* Chain groups for a GEMM of `tiles` 64-token tiles over cols columns (each block of wg_gemm_kernel runs CHAINS /
@@ -937,14 +994,19 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
     const int groups = can ? chain_groups(tiles, cols, sms) : 1;
     const int64_t n16 = (int64_t)n * xb_cols(cols) / 8, cvb = (n16 + 255) / 256; /* the copy's 16-byte units */
     const unsigned cvt = (unsigned)(cvb < 1024 ? cvb : 1024); /* blocks of the copy */
-    if (groups > 1) {
+    if (groups > 1 || wg_whole(n, row_tiles, sms)) {
         float *part = (float *)((char *)xb + copy);
         launch(to_bf16_wg_kernel, dim3(cvt), dim3(256), 0, d, (uint4 *)xb, x, cols, n16);
-        launch(groups == 2 ? wg_gemm_kernel<2> : wg_gemm_kernel<1>,
-               dim3((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups), dim3(384), WG_SMEM, d,
-               p, xb, rows, cols, n, part);
-        launch(gemm_fold_kernel, dim3((unsigned)((rows / 4 + 255) / 256), (unsigned)n), dim3(256), 0, d, p,
-               (const float *)part, rows, n, mode, alpha);
+        const dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups);
+        if (groups == 1)
+            launch(glu ? wg_gemm_kernel<CHAINS, true> : wg_gemm_kernel<CHAINS, false>, grid, dim3(384), WG_SMEM_WHOLE, d, p,
+                   xb, rows, cols, n, part, mode, alpha, act);
+        else
+            launch(groups == 2 ? wg_gemm_kernel<2, false> : wg_gemm_kernel<1, false>, grid, dim3(384), WG_SMEM, d, p,
+                   xb, rows, cols, n, part, mode, alpha, act);
+        if (groups > 1)
+            launch(gemm_fold_kernel, dim3((unsigned)((rows / 4 + 255) / 256), (unsigned)n), dim3(256), 0, d, p,
+                   (const float *)part, rows, n, mode, alpha);
         return 1;
     }
     const int64_t n8 = (int64_t)n * cols / 8;
@@ -966,12 +1028,13 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
 extern "C" int gp_cu_mma_prepare(void) {
     const void *gemms[] = {(const void *)mma_gemm_kernel<GEMM_BM, false>, (const void *)mma_gemm_kernel<GEMM_BM, true>,
                            (const void *)mma_gemm_kernel<GEMM_BM / 2, false>,
-                           (const void *)mma_gemm_kernel<GEMM_BM / 2, true>, (const void *)wg_gemm_kernel<2>,
-                           (const void *)wg_gemm_kernel<1>};
+                           (const void *)mma_gemm_kernel<GEMM_BM / 2, true>, (const void *)wg_gemm_kernel<2, false>,
+                           (const void *)wg_gemm_kernel<1, false>, (const void *)wg_gemm_kernel<CHAINS, false>,
+                           (const void *)wg_gemm_kernel<CHAINS, true>};
     cudaError_t e = cudaSuccess;
-    for (int i = 0; i < 6 && e == cudaSuccess; i++)
+    for (int i = 0; i < 8 && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(gemms[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)(i < 2 ? GEMM_SMEM(GEMM_BM) : i < 4 ? GEMM_SMEM(GEMM_BM / 2) : WG_SMEM));
+                                 (int)(i < 2 ? GEMM_SMEM(GEMM_BM) : i < 4 ? GEMM_SMEM(GEMM_BM / 2) : i < 6 ? WG_SMEM : WG_SMEM_WHOLE));
     const void *ks[] = {(const void *)mma_decode_kernel<GP_CU_F32, true>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true>,
                         (const void *)mma_decode_kernel<GP_CU_F16, true>};
