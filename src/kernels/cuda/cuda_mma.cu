@@ -13,12 +13,13 @@
  * An output's bits depend on its row, its token and the shape alone: the decode kernels (n <= 16: one M tile, zero
  * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch) and the
  * prefill kernels (64 or 32 x 128 tiles through shared memory, chain after chain: mma_gemm_kernel's cp.async pipeline
- * for bf16 weights, mma_prefill_kernel's register staging for f16/f32 ones, which it rounds as it reads; where the
- * tiles are too few to fill the GPU, wg_gemm_kernel's blocks of 1 or 2 chains on Hopper's wgmma, whose sums
- * gemm_fold_kernel adds in chain order) give the same numbers. */
+ * for bf16 weights, mma_prefill_kernel's register staging for f16/f32 ones, which it rounds as it reads; on Hopper's
+ * wgmma, wg_gemm_kernel: the GLUs and the large grids whole, and where the tiles are too few to fill the GPU in blocks
+ * of 1 or 2 chains, whose sums gemm_fold_kernel adds in chain order) give the same numbers. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
+#include <cuda.h> /* CUtensorMap (the encoder is reached through the runtime: no libcuda link) */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -714,16 +715,19 @@ __device__ __forceinline__ void wg_frag(float (&v)[BN / 2], int32_t t0, int64_t 
         for (int e = 0; e < 4; e++) f(v[4 * j + e], t0 + 8 * j + 2 * c + (e & 1), r + 8 * (e >> 1));
 }
 
-/* A split GEMM (chain groups, chain_groups) through bf16 weights: a block of 2 consumer warpgroups and a producer
- * warpgroup computes chains z CH .. z CH + CH - 1 (grid z) of 128 weight rows x WG_BN tokens, over the chunks in
- * mma_prefill_kernel's order, and stores each chain's sums in part [CHAINS][n][rows] (zeros for a chain with no
- * chunk) for gemm_fold_kernel.  The producer copies the chunks, WG_U a stage (a stage ends with its chain), by
- * cp.async into a ring of WG_S stage buffers (WG_BN token rows of xb in wgmma's swizzled rows, 128 weight rows of 64
- * bytes a chunk), waiting for a buffer's empty mbarrier and marking its full one once its copies have landed (WG_LAG
- * stages later); consumer warpgroup wg multiplies weight rows 64 wg .. with one wgmma m64n128k16 per 16-column
- * product (A: the weights' fragments read as mma16816's; B: the tokens), keeps one stage's products in flight and
- * frees a buffer when its products are done.  Blocks of one weight tile are adjacent in the grid (x: token tiles), so
- * a weight tile is read from memory once and from L2 by the others. */
+/* A GEMM through bf16 weights on wgmma: a block of 2 consumer warpgroups and a producer warpgroup computes chains
+ * z CH .. z CH + CH - 1 (grid z) of 128 weight rows (a GLU: 64 gate rows, then the same 64 up rows) x WG_BN tokens,
+ * over the chunks in mma_prefill_kernel's order.  Split (CH < CHAINS, chain_groups): each chain's sums go to part
+ * [CHAINS][n][rows] (zeros for a chain with no chunk) for gemm_fold_kernel; whole (CH == CHAINS): they are added in
+ * chain order into a total in shared memory, stored as mma_gemm_kernel stores its totals (a GLU as store_glu).  The
+ * producer copies the chunks, WG_U a stage (a stage ends with its chain), into a ring of WG_S stage buffers (WG_BN
+ * token rows of xb in wgmma's swizzled rows, 128 weight rows of 64 bytes a chunk), waiting for a buffer's empty
+ * mbarrier: by TMA where the tensor maps could be made (one thread; the copies complete the full mbarrier), else by
+ * cp.async (the warpgroup, marking the full mbarrier once its copies have landed, WG_LAG stages later).  Consumer
+ * warpgroup wg multiplies weight rows 64 wg .. with one wgmma m64n128k16 per 16-column product (A: the weights'
+ * fragments read as mma16816's; B: the tokens), keeps one stage's products in flight and frees a buffer when its
+ * products are done.  Blocks of one weight tile are adjacent in the grid (x: token tiles), so a weight tile is read
+ * from memory once and from L2 by the others. */
 template <bool GLU>
 __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *__restrict__ xb, int64_t rows,
                                               int64_t cols, int32_t n, uint4 *gsm, uint64_t *full, uint64_t *empty,
@@ -795,6 +799,75 @@ __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *
     for (int m = i > WG_LAG ? i - WG_LAG : 0; m < i; m++) mbar_arrive(&full[m % WG_S]);
 }
 
+/* ---- wg_gemm_kernel's copies by the Tensor Memory Accelerator (TMA) ---- */
+
+/* Tensor maps of a wgmma GEMM's operands: x, the input's copy (to_bf16_wg_kernel's [n][xb_cols], boxes of 32 columns x WG_BN
+ * tokens, 64-byte swizzle: wgmma's B rows), and w[k], the weights of part k (GLU: gate and up), boxes of 32 columns x
+ * 128 rows (GLU: 64), unswizzled 64-byte rows (the consumers' fragment reads).  Rows and tokens past the end read as
+ * zeros. */
+struct wg_maps {
+    CUtensorMap x, w[3];
+};
+
+/* mbarrier b expects `bytes` more (the TMA copies of a stage) and takes this thread's arrival */
+__device__ __forceinline__ void mbar_expect(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+/* copies the box at (column x, row y) of map m into shared memory at dst; completes its bytes on mbarrier b */
+__device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *m, int32_t x, int32_t y, uint64_t *b) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];" ::"r"(smem_u32(dst)),
+                 "l"(m), "r"(x), "r"(y), "r"(smem_u32(b))
+                 : "memory");
+}
+
+/* wg_gemm_kernel's producer by TMA (one thread): the chunks in wg_producer's stages and slots, each stage's bytes
+ * announced on its full mbarrier, which the copies complete; a stage's buffers reused once its empty mbarrier has
+ * completed.  The first WG_S stages' weights before the wait for the previous kernel. */
+template <bool GLU>
+__device__ __forceinline__ void wg_producer_tma(const wg_maps &M, const mma_parts &P, int64_t cols, uint4 *gsm,
+                                                uint64_t *full, uint64_t *empty, int j0, int cend) {
+    constexpr int SQ = (WG_BN + 128) * 4;
+    const int nch = (int)((cols + 31) / 32);
+    const int32_t t0 = blockIdx.x * WG_BN;
+    int64_t lr = (int64_t)blockIdx.y * (GLU ? 64 : 128);
+    const int k = GLU ? 0 : part_row(P, lr, &lr);
+    const CUtensorMap *mw = k == 0 ? &M.w[0] : k == 1 ? &M.w[1] : &M.w[2];
+    auto each_chunk = [&](int s, int *j, auto f) { /* f(slot, chunk) for the stage from *j (a stage ends with its chain) */
+        for (int h = 0; h < WG_U && *j >= 0; h++) {
+            f(gsm + (s * WG_U + h) * SQ, *j);
+            const bool last = *j + CHAINS >= nch;
+            *j = next_chunk(*j, nch, cend);
+            if (last) break;
+        }
+    };
+    auto load_w = [&](uint4 *b, int jj, uint64_t *bar) {
+        tma_load(b + WG_BN * 4, GLU ? &M.w[0] : mw, jj * 32, (int32_t)lr, bar);
+        if (GLU) tma_load(b + (WG_BN + 64) * 4, &M.w[1], jj * 32, (int32_t)lr, bar);
+    };
+    int j = j0, i = 0;
+    for (; i < WG_S && j >= 0; i++) {
+        int n = 0, jn = j;
+        each_chunk(i, &jn, [&](uint4 *, int) { n++; });
+        mbar_expect(&full[i], (uint32_t)n * SQ * 16);
+        each_chunk(i, &j, [&](uint4 *b, int jj) { load_w(b, jj, &full[i]); });
+    }
+    pdl_enter();
+    for (i = 0, j = j0; j >= 0; i++) {
+        const int s = i % WG_S;
+        if (i >= WG_S) {
+            mbar_wait(&empty[s], ((i / WG_S) & 1) ^ 1);
+            int n = 0, jn = j;
+            each_chunk(s, &jn, [&](uint4 *, int) { n++; });
+            mbar_expect(&full[s], (uint32_t)n * SQ * 16);
+        }
+        each_chunk(s, &j, [&](uint4 *b, int jj) {
+            if (i >= WG_S) load_w(b, jj, &full[s]);
+            tma_load(b, &M.x, jj * 32, t0, &full[s]);
+        });
+    }
+}
+
 /* The whole GEMM's total (wg_gemm_kernel<CHAINS, ...>) in shared memory ts after the stage ring: fragment i of consumer
  * thread tid at ts[i * 256 + tid] (a warp's accesses conflict-free).  (In registers beside the chain's accumulators it
  * spilled: 168 registers a thread at 384 threads.) */
@@ -818,10 +891,10 @@ __device__ __forceinline__ void wg_store_glu(const mma_parts &P, const float *ts
     }
 }
 
-template <int CH, bool GLU>
+template <int CH, bool GLU, bool TMA>
 __global__ void __launch_bounds__(384, 1)
-    wg_gemm_kernel(mma_parts P, const uint16_t *__restrict__ xb, int64_t rows, int64_t cols, int32_t n,
-                   float *__restrict__ part, int mode, float alpha, int act) {
+    wg_gemm_kernel(const __grid_constant__ wg_maps M, mma_parts P, const uint16_t *__restrict__ xb, int64_t rows,
+                   int64_t cols, int32_t n, float *__restrict__ part, int mode, float alpha, int act) {
     static_assert(!GLU || CH == CHAINS, "a GLU needs its whole sums");
     constexpr int BN = WG_BN, NF = BN / 2, SQ = (BN + 128) * 4; /* accumulators a thread; 16-byte rows a chunk */
     constexpr bool WHOLE = CH == CHAINS; /* every chain here: their total in registers, stored as mma_gemm_kernel's */
@@ -835,10 +908,12 @@ __global__ void __launch_bounds__(384, 1)
     const int nch = (int)((cols + 31) / 32), c0 = (int)blockIdx.z * CH, cend = c0 + CH;
     const int j0 = c0 < nch ? c0 : -1; /* the block's first chunk (none: its chains are empty) */
     if (tid == 0)
-        for (int s = 0; s < WG_S; s++) mbar_init(&full[s], 128), mbar_init(&empty[s], 8);
+        for (int s = 0; s < WG_S; s++) mbar_init(&full[s], TMA ? 1 : 128), mbar_init(&empty[s], 8);
     __syncthreads();
     if (warp >= 8) {
-        wg_producer<GLU>(P, xb, rows, cols, n, gsm, full, empty, j0, cend, warp - 8);
+        if constexpr (TMA) {
+            if (warp == 8 && lane == 0) wg_producer_tma<GLU>(M, P, cols, gsm, full, empty, j0, cend);
+        } else wg_producer<GLU>(P, xb, rows, cols, n, gsm, full, empty, j0, cend, warp - 8);
         return;
     }
     pdl_enter();
@@ -943,15 +1018,55 @@ static int gemm_force(void) {
     return force == 1 || force == 2 || force == 4 ? force : 0;
 }
 
-/* Whether a GEMM that does not split (or a GLU) runs whole on wgmma (wg_gemm_kernel<CHAINS, ...>): where its blocks
- * of WG_BN tokens keep the multiprocessors' waves 85% busy or more, counting the tile's rows past the tokens as idle
- * (measured: the 8B shape's q|k|v and Qwen3-0.6B's GLU, 192 blocks in two waves of 132, lose to the mma.sync kernel;
- * BENCHMARKS.md).  GP_CU_WG_WHOLE=1 or 0 in the environment forces it (tests, measurements). */
-static bool wg_whole(int32_t n, int64_t row_tiles, int64_t sms) {
+/* cuTensorMapEncodeTiled through the runtime's driver entry point (NULL where the driver lacks it). */
+typedef CUresult (*tma_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static tma_encode_fn tma_encoder(void) {
+    static const tma_encode_fn f = [] {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        const bool ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                            cudaSuccess && q == cudaDriverEntryPointSuccess;
+        if (!ok) cudaGetLastError();
+        return ok ? (tma_encode_fn)p : (tma_encode_fn)NULL;
+    }();
+    return f;
+}
+
+/* m: a bf16 matrix [rows][cols] (row pitch `pitch` bytes) in boxes of 32 columns x box_rows rows, 64-byte swizzled
+ * or not; false where it cannot be encoded. */
+static bool tma_map(CUtensorMap *m, const void *base, int64_t cols, int64_t rows, int64_t pitch, uint32_t box_rows,
+                    bool swizzle) {
+    const tma_encode_fn f = tma_encoder();
+    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)pitch};
+    const cuuint32_t box[2] = {32, box_rows}, step[2] = {1, 1};
+    return f && f(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box, step,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* A wgmma GEMM's tensor maps (wg_maps) of the parts and the input's copy xb; false (the copies by cp.async then)
+ * where a block's weight rows could straddle two parts, the maps cannot be encoded, or GP_CU_TMA=0 is in the
+ * environment (measurements). */
+static bool wg_tma_maps(wg_maps *M, const mma_parts &p, bool glu, const uint16_t *xb, int64_t cols, int32_t n) {
+    static const bool off = getenv("GP_CU_TMA") && atoi(getenv("GP_CU_TMA")) == 0;
+    const int m = glu ? 2 : p.m;
+    for (int i = 0; i + 1 < m && !glu; i++)
+        if (p.rows[i] % 128) return false;
+    bool ok = !off && tma_map(&M->x, xb, xb_cols(cols), n, xb_cols(cols) * 2, WG_BN, true);
+    for (int i = 0; i < m && ok; i++) ok = tma_map(&M->w[i], p.W[i], cols, p.rows[i], cols * 2, glu ? 64 : 128, false);
+    return ok;
+}
+
+/* Whether a GEMM that does not split runs whole on wgmma (wg_gemm_kernel<CHAINS, ...>): a GLU whose blocks of WG_BN
+ * tokens fill the multiprocessors once or more, another GEMM twice or more (measured against mma_gemm_kernel,
+ * BENCHMARKS.md: the 8B shape's q|k|v and Qwen3-0.6B's, in one or two waves, lose whole; their 2048-token grids win).
+ * GP_CU_WG_WHOLE=1 or 0 in the environment forces it (tests, measurements). */
+static bool wg_whole(bool glu, int32_t n, int64_t row_tiles, int64_t sms) {
     static const int force = getenv("GP_CU_WG_WHOLE") ? atoi(getenv("GP_CU_WG_WHOLE")) : -1;
     if (force == 0 || force == 1) return force == 1;
-    const int64_t tt = (n + WG_BN - 1) / WG_BN, blocks = tt * row_tiles, waves = (blocks + sms - 1) / sms;
-    return (double)n / (double)(tt * WG_BN) * (double)blocks / (double)(waves * sms) >= 0.85;
+    return (n + WG_BN - 1) / WG_BN * row_tiles >= (glu ? 1 : 2) * sms;
 }
 
 /* Chain groups for a GEMM of `tiles` 64-token tiles over cols columns (each block of wg_gemm_kernel runs CHAINS /
@@ -994,16 +1109,21 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
     const int groups = can ? chain_groups(tiles, cols, sms) : 1;
     const int64_t n16 = (int64_t)n * xb_cols(cols) / 8, cvb = (n16 + 255) / 256; /* the copy's 16-byte units */
     const unsigned cvt = (unsigned)(cvb < 1024 ? cvb : 1024); /* blocks of the copy */
-    if (groups > 1 || wg_whole(n, row_tiles, sms)) {
+    if (groups > 1 || wg_whole(glu, n, row_tiles, sms)) {
         float *part = (float *)((char *)xb + copy);
         launch(to_bf16_wg_kernel, dim3(cvt), dim3(256), 0, d, (uint4 *)xb, x, cols, n16);
         const dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups);
-        if (groups == 1)
-            launch(glu ? wg_gemm_kernel<CHAINS, true> : wg_gemm_kernel<CHAINS, false>, grid, dim3(384), WG_SMEM_WHOLE, d, p,
-                   xb, rows, cols, n, part, mode, alpha, act);
-        else
-            launch(groups == 2 ? wg_gemm_kernel<2, false> : wg_gemm_kernel<1, false>, grid, dim3(384), WG_SMEM, d, p,
-                   xb, rows, cols, n, part, mode, alpha, act);
+        wg_maps M = {};
+        const bool tma = wg_tma_maps(&M, p, glu, xb, cols, n);
+        if (groups == 1) {
+            auto k = glu ? (tma ? wg_gemm_kernel<CHAINS, true, true> : wg_gemm_kernel<CHAINS, true, false>)
+                         : (tma ? wg_gemm_kernel<CHAINS, false, true> : wg_gemm_kernel<CHAINS, false, false>);
+            launch(k, grid, dim3(384), WG_SMEM_WHOLE, d, M, p, xb, rows, cols, n, part, mode, alpha, act);
+        } else {
+            auto k = groups == 2 ? (tma ? wg_gemm_kernel<2, false, true> : wg_gemm_kernel<2, false, false>)
+                                 : (tma ? wg_gemm_kernel<1, false, true> : wg_gemm_kernel<1, false, false>);
+            launch(k, grid, dim3(384), WG_SMEM, d, M, p, xb, rows, cols, n, part, mode, alpha, act);
+        }
         if (groups > 1)
             launch(gemm_fold_kernel, dim3((unsigned)((rows / 4 + 255) / 256), (unsigned)n), dim3(256), 0, d, p,
                    (const float *)part, rows, n, mode, alpha);
@@ -1028,13 +1148,21 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
 extern "C" int gp_cu_mma_prepare(void) {
     const void *gemms[] = {(const void *)mma_gemm_kernel<GEMM_BM, false>, (const void *)mma_gemm_kernel<GEMM_BM, true>,
                            (const void *)mma_gemm_kernel<GEMM_BM / 2, false>,
-                           (const void *)mma_gemm_kernel<GEMM_BM / 2, true>, (const void *)wg_gemm_kernel<2, false>,
-                           (const void *)wg_gemm_kernel<1, false>, (const void *)wg_gemm_kernel<CHAINS, false>,
-                           (const void *)wg_gemm_kernel<CHAINS, true>};
+                           (const void *)mma_gemm_kernel<GEMM_BM / 2, true>,
+                           (const void *)wg_gemm_kernel<2, false, false>, (const void *)wg_gemm_kernel<1, false, false>,
+                           (const void *)wg_gemm_kernel<CHAINS, false, false>,
+                           (const void *)wg_gemm_kernel<CHAINS, true, false>,
+                           (const void *)wg_gemm_kernel<CHAINS, false, true>,
+                           (const void *)wg_gemm_kernel<CHAINS, true, true>,
+                           (const void *)wg_gemm_kernel<2, false, true>, (const void *)wg_gemm_kernel<1, false, true>};
     cudaError_t e = cudaSuccess;
-    for (int i = 0; i < 8 && e == cudaSuccess; i++)
+    for (int i = 0; i < 12 && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(gemms[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)(i < 2 ? GEMM_SMEM(GEMM_BM) : i < 4 ? GEMM_SMEM(GEMM_BM / 2) : i < 6 ? WG_SMEM : WG_SMEM_WHOLE));
+                                 (int)(i < 2    ? GEMM_SMEM(GEMM_BM)
+                                       : i < 4  ? GEMM_SMEM(GEMM_BM / 2)
+                                       : i < 6  ? WG_SMEM
+                                       : i < 10 ? WG_SMEM_WHOLE
+                                                : WG_SMEM));
     const void *ks[] = {(const void *)mma_decode_kernel<GP_CU_F32, true>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true>,
                         (const void *)mma_decode_kernel<GP_CU_F16, true>};
