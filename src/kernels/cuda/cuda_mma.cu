@@ -1055,18 +1055,20 @@ static bool wg_tma_maps(wg_maps *M, const mma_parts &p, bool glu, const uint16_t
     for (int i = 0; i + 1 < m && !glu; i++)
         if (p.rows[i] % 128) return false;
     bool ok = !off && tma_map(&M->x, xb, xb_cols(cols), n, xb_cols(cols) * 2, WG_BN, true);
-    for (int i = 0; i < m && ok; i++) ok = tma_map(&M->w[i], p.W[i], cols, p.rows[i], cols * 2, glu ? 64 : 128, false);
+    for (int i = 0; i < m && ok; i++)
+        ok = tma_map(&M->w[i], p.W[i], cols, p.rows[i], cols * 2, glu ? 64 : 128, false);
     return ok;
 }
 
 /* Whether a GEMM that does not split runs whole on wgmma (wg_gemm_kernel<CHAINS, ...>): a GLU whose blocks of WG_BN
- * tokens fill the multiprocessors once or more, another GEMM twice or more (measured against mma_gemm_kernel,
- * BENCHMARKS.md: the 8B shape's q|k|v and Qwen3-0.6B's, in one or two waves, lose whole; their 2048-token grids win).
- * GP_CU_WG_WHOLE=1 or 0 in the environment forces it (tests, measurements). */
+ * tokens fill the multiprocessors once or more, another GEMM 1.9 times or more (measured against mma_gemm_kernel,
+ * BENCHMARKS.md: whole wins for every GLU of the three bench shapes and for the 2048-token grids, of 256 blocks and
+ * more; the 8B shape's q|k|v at 512 tokens (192 blocks) and Qwen3-0.6B's (128) lose whole).  GP_CU_WG_WHOLE=1 or 0
+ * in the environment forces it (tests, measurements). */
 static bool wg_whole(bool glu, int32_t n, int64_t row_tiles, int64_t sms) {
     static const int force = getenv("GP_CU_WG_WHOLE") ? atoi(getenv("GP_CU_WG_WHOLE")) : -1;
     if (force == 0 || force == 1) return force == 1;
-    return (n + WG_BN - 1) / WG_BN * row_tiles >= (glu ? 1 : 2) * sms;
+    return (n + WG_BN - 1) / WG_BN * row_tiles * 10 >= (glu ? 10 : 19) * sms;
 }
 
 /* Chain groups for a GEMM of `tiles` 64-token tiles over cols columns (each block of wg_gemm_kernel runs CHAINS /
