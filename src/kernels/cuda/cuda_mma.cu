@@ -801,10 +801,10 @@ __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *
 
 /* ---- wg_gemm_kernel's copies by the Tensor Memory Accelerator (TMA) ---- */
 
-/* Tensor maps of a wgmma GEMM's operands: x, the input's copy (to_bf16_wg_kernel's [n][xb_cols], boxes of 32 columns x WG_BN
- * tokens, 64-byte swizzle: wgmma's B rows), and w[k], the weights of part k (GLU: gate and up), boxes of 32 columns x
- * 128 rows (GLU: 64), unswizzled 64-byte rows (the consumers' fragment reads).  Rows and tokens past the end read as
- * zeros. */
+/* Tensor maps of a wgmma GEMM's operands: x, the input's copy (to_bf16_wg_kernel's [n][xb_cols], boxes of 32
+ * columns x WG_BN tokens, 64-byte swizzle: wgmma's B rows), and w[k], the weights of part k (GLU: gate and up), boxes
+ * of 32 columns x 128 rows (GLU: 64), unswizzled 64-byte rows (the consumers' fragment reads).  Rows and tokens past
+ * the end read as zeros. */
 struct wg_maps {
     CUtensorMap x, w[3];
 };
@@ -833,7 +833,8 @@ __device__ __forceinline__ void wg_producer_tma(const wg_maps &M, const mma_part
     int64_t lr = (int64_t)blockIdx.y * (GLU ? 64 : 128);
     const int k = GLU ? 0 : part_row(P, lr, &lr);
     const CUtensorMap *mw = k == 0 ? &M.w[0] : k == 1 ? &M.w[1] : &M.w[2];
-    auto each_chunk = [&](int s, int *j, auto f) { /* f(slot, chunk) for the stage from *j (a stage ends with its chain) */
+    /* f(slot, chunk) for the stage from *j (a stage ends with its chain) */
+    auto each_chunk = [&](int s, int *j, auto f) {
         for (int h = 0; h < WG_U && *j >= 0; h++) {
             f(gsm + (s * WG_U + h) * SQ, *j);
             const bool last = *j + CHAINS >= nch;
@@ -884,9 +885,9 @@ __device__ __forceinline__ void wg_store_glu(const mma_parts &P, const float *ts
         const int32_t t = t0 + 8 * (i >> 2) + 2 * c + (i & 1);
         const int64_t r = r0 + 16 * (tid >> 5) + g + 8 * ((i >> 1) & 1);
         if (t >= n || r >= rows) continue;
-        const float gv = mm_val(ts[i * 256 + tid], P.B[0] != NULL, P.B[0] ? wt_at(P.B[0], P.bdt[0], r) : 0.0f, mode, 1.0f);
-        const float uv = mm_val(ts[i * 256 + tid + 128], P.B[1] != NULL, P.B[1] ? wt_at(P.B[1], P.bdt[1], r) : 0.0f, mode,
-                                1.0f);
+        const float bg = P.B[0] ? wt_at(P.B[0], P.bdt[0], r) : 0.0f, bu = P.B[1] ? wt_at(P.B[1], P.bdt[1], r) : 0.0f;
+        const float gv = mm_val(ts[i * 256 + tid], P.B[0] != NULL, bg, mode, 1.0f);
+        const float uv = mm_val(ts[i * 256 + tid + 128], P.B[1] != NULL, bu, mode, 1.0f);
         P.Y[0][(size_t)t * rows + r] = glu_val(gv, uv, act, bf);
     }
 }
@@ -897,7 +898,7 @@ __global__ void __launch_bounds__(384, 1)
                    int64_t cols, int32_t n, float *__restrict__ part, int mode, float alpha, int act) {
     static_assert(!GLU || CH == CHAINS, "a GLU needs its whole sums");
     constexpr int BN = WG_BN, NF = BN / 2, SQ = (BN + 128) * 4; /* accumulators a thread; 16-byte rows a chunk */
-    constexpr bool WHOLE = CH == CHAINS; /* every chain here: their total in registers, stored as mma_gemm_kernel's */
+    constexpr bool WHOLE = CH == CHAINS; /* every chain here: their total in shared memory (ts), then stored */
     extern __shared__ __align__(1024) uint4 gsm[];              /* [WG_S][WG_U][SQ], then the mbarriers */
     uint64_t *full = (uint64_t *)(gsm + WG_S * WG_U * SQ), *empty = full + WG_S;
     /* warp through a shuffle: the compiler then knows it is the same in every lane (a role branch it cannot prove
@@ -993,7 +994,7 @@ __global__ void __launch_bounds__(384, 1)
 
 /* The chains' sums of a split GEMM (part [CHAINS][n][rows], rows % 4 == 0) added in chain order, ((c0 + c1) + c2) +
  * c3 as fold_chain adds them, and stored as mma_gemm_kernel stores its totals: the same bits.  Grid (rows / 4 / 256
- * blocks, n tokens); a thread folds 4 adjacent outputs. */
+ * blocks, n tokens); a thread folds 4 adjacent outputs (one vector access where they share a part and no bias). */
 __global__ void gemm_fold_kernel(mma_parts P, const float *__restrict__ part, int64_t rows, int32_t n, int mode,
                                  float alpha) {
     pdl_enter();
@@ -1006,6 +1007,19 @@ __global__ void gemm_fold_kernel(mma_parts P, const float *__restrict__ part, in
     for (int k = 1; k < CHAINS; k++) {
         const float4 c = __ldcg((const float4 *)(part + k * total + i));
         v.x += c.x, v.y += c.y, v.z += c.z, v.w += c.w;
+    }
+    int64_t lr;
+    const int k = part_row(P, r, &lr);
+    const int64_t pr = k == 0 ? P.rows[0] : k == 1 ? P.rows[1] : P.rows[2];
+    float *Y = (k == 0 ? P.Y[0] : k == 1 ? P.Y[1] : P.Y[2]) + (size_t)t * pr + lr;
+    if (pr % 4 == 0 && lr % 4 == 0 && ((uintptr_t)Y & 15) == 0 && !(k == 0 ? P.B[0] : k == 1 ? P.B[1] : P.B[2])) {
+        float4 y = mode & GP_CU_ACC ? *(const float4 *)Y : make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* one vector */
+        mm_store(&y.x, mm_val(v.x, false, 0.0f, mode, alpha), mode);
+        mm_store(&y.y, mm_val(v.y, false, 0.0f, mode, alpha), mode);
+        mm_store(&y.z, mm_val(v.z, false, 0.0f, mode, alpha), mode);
+        mm_store(&y.w, mm_val(v.w, false, 0.0f, mode, alpha), mode);
+        *(float4 *)Y = y;
+        return;
     }
     store_out(P, v.x, t, r, mode, alpha), store_out(P, v.y, t, r + 1, mode, alpha);
     store_out(P, v.z, t, r + 2, mode, alpha), store_out(P, v.w, t, r + 3, mode, alpha);
