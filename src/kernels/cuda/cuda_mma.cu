@@ -415,14 +415,20 @@ __device__ __forceinline__ int part_row(const mma_parts &p, int64_t r, int64_t *
     return *lr = r - p.rows[1], 2;
 }
 
+/* a[k] of a parts' array, k < 3, chosen with constant indices (as part_row: no local-memory copy of the array) */
+template <typename T>
+__device__ __forceinline__ T part_of(const T (&a)[3], int k) {
+    return k == 0 ? a[0] : k == 1 ? a[1] : a[2];
+}
+
 /* Output (t, r) of the stacked parts: v (the chains' total) through mm_val (the part's bias, rounding) and mm_store. */
 __device__ __forceinline__ void store_out(const mma_parts &P, float v, int32_t t, int64_t r, int mode, float alpha) {
     int64_t lr;
     const int k = part_row(P, r, &lr);
-    const void *B = k == 0 ? P.B[0] : k == 1 ? P.B[1] : P.B[2];
-    const int64_t pr = k == 0 ? P.rows[0] : k == 1 ? P.rows[1] : P.rows[2];
-    float *Y = k == 0 ? P.Y[0] : k == 1 ? P.Y[1] : P.Y[2];
-    const int bdt = k == 0 ? P.bdt[0] : k == 1 ? P.bdt[1] : P.bdt[2];
+    const void *B = part_of(P.B, k);
+    const int64_t pr = part_of(P.rows, k);
+    float *Y = part_of(P.Y, k);
+    const int bdt = part_of(P.bdt, k);
     mm_store(Y + (size_t)t * pr + lr, mm_val(v, B != NULL, B ? wt_at(B, bdt, lr) : 0.0f, mode, alpha), mode);
 }
 
@@ -520,7 +526,7 @@ __global__ void GEMM_BOUNDS(BM)
         int64_t lr;
         const int64_t r = GLU ? r0 + lrow : r0 + lrow + 64 * i; /* GLU: the gate's rows r0.., then the up's */
         const int k = GLU ? (lr = r < rows ? r : 0, i) : part_row(P, r < rows ? r : 0, &lr);
-        const uint16_t *W = (const uint16_t *)(k == 0 ? P.W[0] : k == 1 ? P.W[1] : P.W[2]);
+        const uint16_t *W = (const uint16_t *)part_of(P.W, k);
         wok[i] = r < rows, wp[i] = W + lr * cols + 8 * lpart;
     }
 #pragma unroll
@@ -746,7 +752,7 @@ __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *
         const int tr = 32 * pw + (lane >> 2) + 8 * u;
         const int64_t r = GLU ? r0 + (tr & 63) : r0 + tr;
         const int k = GLU ? (lr = r < rows ? r : 0, tr >> 6) : part_row(P, r < rows ? r : 0, &lr);
-        const uint16_t *W = (const uint16_t *)(k == 0 ? P.W[0] : k == 1 ? P.W[1] : P.W[2]);
+        const uint16_t *W = (const uint16_t *)part_of(P.W, k);
         wok |= (uint32_t)(r < rows) << u, wp[u] = W + lr * cols + 8 * (lane & 3);
     }
     const int q = lane >> 3, tl = lane & 7;
@@ -1010,9 +1016,9 @@ __global__ void gemm_fold_kernel(mma_parts P, const float *__restrict__ part, in
     }
     int64_t lr;
     const int k = part_row(P, r, &lr);
-    const int64_t pr = k == 0 ? P.rows[0] : k == 1 ? P.rows[1] : P.rows[2];
-    float *Y = (k == 0 ? P.Y[0] : k == 1 ? P.Y[1] : P.Y[2]) + (size_t)t * pr + lr;
-    if (pr % 4 == 0 && lr % 4 == 0 && ((uintptr_t)Y & 15) == 0 && !(k == 0 ? P.B[0] : k == 1 ? P.B[1] : P.B[2])) {
+    const int64_t pr = part_of(P.rows, k);
+    float *Y = part_of(P.Y, k) + (size_t)t * pr + lr;
+    if (pr % 4 == 0 && lr % 4 == 0 && ((uintptr_t)Y & 15) == 0 && !part_of(P.B, k)) {
         float4 y = mode & GP_CU_ACC ? *(const float4 *)Y : make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* one vector */
         mm_store(&y.x, mm_val(v.x, false, 0.0f, mode, alpha), mode);
         mm_store(&y.y, mm_val(v.y, false, 0.0f, mode, alpha), mode);
