@@ -1,7 +1,7 @@
 /* cuda_mma.cu — the bf16 compute mode's projections on tensor cores: y [n, rows] (+)= x [n, cols] @ W^T (+ bias)
  * with bf16 operands (the mode's activations are bf16 values; bf16 weights as stored, f16/f32 ones rounded to bf16
  * as transformers loads them) and float32 accumulation, through mma.sync m16n8k16 (tokens are M, weight rows N) and,
- * for split GEMMs, wgmma m64n128k16 (weight rows M, tokens N).
+ * on Hopper, wgmma m64n128k16 (weight rows M, tokens N) for most prefill GEMMs.
  *
  * One order for every token count, so one token alone gives the bits it has inside a chunk:
  *   - the columns are taken in chunks of 32; within a chunk, a fragment row's lane c (0..3) holds the 8 stored
@@ -596,9 +596,9 @@ __global__ void GEMM_BOUNDS(BM)
     store_tile<BM, GLU>(P, (float *)gsm, tot, t0, r0, rows, n, mode, alpha, act);
 }
 
-/* ---- split GEMMs on Hopper's warpgroup MMA (wgmma): the same chunk order and bits ---- */
+/* ---- GEMMs on Hopper's warpgroup MMA (wgmma): the same chunk order and bits ---- */
 
-/* The split GEMM's operand copy of x [n, cols] (float32, cols % 8 == 0): bf16 (pack2's rounding), each token row
+/* The wgmma GEMM's operand copy of x [n, cols] (float32, cols % 8 == 0): bf16 (pack2's rounding), each token row
  * padded with zeros to whole 32-column chunks (xb_cols), and each chunk's 64 bytes ordered as wgmma takes them: four
  * 16-byte units q = 2h + s holding columns 8c + 4h + 2s + {0, 1} for c = 0..3 (h: the chunk's first or second
  * product).  A 16-column product sums its 16 pairs in one rounding whatever their order (measured: mma.sync and
@@ -709,6 +709,23 @@ __device__ __forceinline__ void mbar_arrive_lane0(uint64_t *b, int lane) {
  * 64 bytes each, then the ring's 2 WG_S mbarriers. */
 #define WG_SMEM ((size_t)WG_S * WG_U * (WG_BN + 128) * 64 + 16 * WG_S)
 
+#define WG_SQ ((WG_BN + 128) * 4) /* 16-byte rows a chunk's slot: WG_BN tokens, then 128 weight rows */
+
+/* f(slot, chunk) for the chunks of stage s from *j on, in slots s WG_U, s WG_U + 1, .. of the ring gsm (up to WG_U;
+ * a stage ends with its chain, so the producers' stages and the consumers' agree); *j moves past them.  Returns how
+ * many. */
+template <typename F>
+__device__ __forceinline__ int wg_stage(uint4 *gsm, int s, int *j, int nch, int cend, F f) {
+    int h = 0;
+    while (h < WG_U && *j >= 0) {
+        f(gsm + (s * WG_U + h++) * WG_SQ, *j);
+        const bool last = *j + CHAINS >= nch;
+        *j = next_chunk(*j, nch, cend);
+        if (last) break;
+    }
+    return h;
+}
+
 /* f(v, t, r) for each of this thread's fragments v of a tile's sums: warpgroup wg holds weight rows r0 + 64 wg ..,
  * its warp w rows 16 w + g, 16 w + g + 8; fragment 4 j + e token t0 + 8 j + 2 c + (e & 1), row + 8 (e >> 1). */
 template <int BN, typename F>
@@ -738,7 +755,7 @@ template <bool GLU>
 __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *__restrict__ xb, int64_t rows,
                                               int64_t cols, int32_t n, uint4 *gsm, uint64_t *full, uint64_t *empty,
                                               int j0, int cend, int pw) {
-    constexpr int BN = WG_BN, SQ = (BN + 128) * 4, WU = 4, XU = BN / 32; /* copies a lane and chunk: weights, tokens */
+    constexpr int BN = WG_BN, WU = 4, XU = BN / 32; /* copies a lane and chunk: weights, tokens */
     const int lane = threadIdx.x & 31, nch = (int)((cols + 31) / 32);
     const int32_t t0 = blockIdx.x * BN;
     const int64_t r0 = (int64_t)blockIdx.y * (GLU ? 64 : 128), xc = xb_cols(cols);
@@ -772,15 +789,7 @@ __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *
             cp16(b + t * 4 + (q ^ ((t >> 1) & 3)), ok ? xp + (int64_t)8 * (XU * pw + u) * xc + j * 32 : xb, ok);
         }
     };
-    /* calls f(slot, chunk) for the chunks of the stage from *j (up to WG_U; a stage ends with its chain) */
-    auto each_chunk = [&](int s, int *j, auto f) {
-        for (int h = 0; h < WG_U && *j >= 0; h++) {
-            f(gsm + (s * WG_U + h) * SQ, *j);
-            const bool last = *j + CHAINS >= nch;
-            *j = next_chunk(*j, nch, cend);
-            if (last) break;
-        }
-    };
+    auto each_chunk = [&](int s, int *j, auto f) { wg_stage(gsm, s, j, nch, cend, f); };
     /* the first WG_S stages' weights before the wait for the previous kernel (they do not depend on it) */
     int j = j0;
     for (int s = 0; s < WG_S && j >= 0; s++) each_chunk(s, &j, load_w);
@@ -833,20 +842,14 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *m, int32_
 template <bool GLU>
 __device__ __forceinline__ void wg_producer_tma(const wg_maps &M, const mma_parts &P, int64_t cols, uint4 *gsm,
                                                 uint64_t *full, uint64_t *empty, int j0, int cend) {
-    constexpr int SQ = (WG_BN + 128) * 4;
     const int nch = (int)((cols + 31) / 32);
     const int32_t t0 = blockIdx.x * WG_BN;
     int64_t lr = (int64_t)blockIdx.y * (GLU ? 64 : 128);
     const int k = GLU ? 0 : part_row(P, lr, &lr);
     const CUtensorMap *mw = k == 0 ? &M.w[0] : k == 1 ? &M.w[1] : &M.w[2];
-    /* f(slot, chunk) for the stage from *j (a stage ends with its chain) */
-    auto each_chunk = [&](int s, int *j, auto f) {
-        for (int h = 0; h < WG_U && *j >= 0; h++) {
-            f(gsm + (s * WG_U + h) * SQ, *j);
-            const bool last = *j + CHAINS >= nch;
-            *j = next_chunk(*j, nch, cend);
-            if (last) break;
-        }
+    auto each_chunk = [&](int s, int *j, auto f) { wg_stage(gsm, s, j, nch, cend, f); };
+    auto expect = [&](int s, int j) { /* stage s from chunk j: its chunks' bytes on its full mbarrier */
+        mbar_expect(&full[s], (uint32_t)wg_stage(gsm, s, &j, nch, cend, [](uint4 *, int) {}) * WG_SQ * 16);
     };
     auto load_w = [&](uint4 *b, int jj, uint64_t *bar) {
         tma_load(b + WG_BN * 4, GLU ? &M.w[0] : mw, jj * 32, (int32_t)lr, bar);
@@ -854,9 +857,7 @@ __device__ __forceinline__ void wg_producer_tma(const wg_maps &M, const mma_part
     };
     int j = j0, i = 0;
     for (; i < WG_S && j >= 0; i++) {
-        int n = 0, jn = j;
-        each_chunk(i, &jn, [&](uint4 *, int) { n++; });
-        mbar_expect(&full[i], (uint32_t)n * SQ * 16);
+        expect(i, j);
         each_chunk(i, &j, [&](uint4 *b, int jj) { load_w(b, jj, &full[i]); });
     }
     pdl_enter();
@@ -864,9 +865,7 @@ __device__ __forceinline__ void wg_producer_tma(const wg_maps &M, const mma_part
         const int s = i % WG_S;
         if (i >= WG_S) {
             mbar_wait(&empty[s], ((i / WG_S) & 1) ^ 1);
-            int n = 0, jn = j;
-            each_chunk(s, &jn, [&](uint4 *, int) { n++; });
-            mbar_expect(&full[s], (uint32_t)n * SQ * 16);
+            expect(s, j);
         }
         each_chunk(s, &j, [&](uint4 *b, int jj) {
             if (i >= WG_S) load_w(b, jj, &full[s]);
@@ -903,7 +902,7 @@ __global__ void __launch_bounds__(384, 1)
     wg_gemm_kernel(const __grid_constant__ wg_maps M, mma_parts P, const uint16_t *__restrict__ xb, int64_t rows,
                    int64_t cols, int32_t n, float *__restrict__ part, int mode, float alpha, int act) {
     static_assert(!GLU || CH == CHAINS, "a GLU needs its whole sums");
-    constexpr int BN = WG_BN, NF = BN / 2, SQ = (BN + 128) * 4; /* accumulators a thread; 16-byte rows a chunk */
+    constexpr int BN = WG_BN, NF = BN / 2, SQ = WG_SQ; /* accumulators a thread; 16-byte rows a chunk */
     constexpr bool WHOLE = CH == CHAINS; /* every chain here: their total in shared memory (ts), then stored */
     extern __shared__ __align__(1024) uint4 gsm[];              /* [WG_S][WG_U][SQ], then the mbarriers */
     uint64_t *full = (uint64_t *)(gsm + WG_S * WG_U * SQ), *empty = full + WG_S;
