@@ -290,7 +290,7 @@ static gp_kv_rows kv_alloc(gp_backend *be, int32_t rows, int32_t kvd, int32_t bi
     r.n_groups = (kvd + group - 1) / group;
     r.row_bytes = (kvd * bits + 7) / 8;
     r.f = be->ops->alloc(be, sizeof(float) * (size_t)rows * kvd);
-    r.q = be->ops->alloc(be, (size_t)rows * r.row_bytes);
+    r.q = be->ops->alloc(be, (size_t)rows * (size_t)(r.row_bytes > 0 ? r.row_bytes : 1));
     r.scale = be->ops->alloc(be, sizeof(float) * (size_t)rows * r.n_groups);
     r.minv = be->ops->alloc(be, sizeof(float) * (size_t)rows * r.n_groups);
     return r;
@@ -475,7 +475,7 @@ static int same_bits(gp_backend *be, gp_ws *ws, const float *a, const float *b, 
  * attention, on two copies of a cache holding pos float rows: the outputs and the stored key and value rows must
  * have the same bits.  Returns the number of differing results. */
 static int rope_attention_case(gp_backend *be, int32_t compute, int32_t hd, int32_t G, int32_t pos, int32_t n,
-                               int norm) {
+                               int norm, int32_t bits) {
     enum { NKV = 2 };
     const int32_t nh = NKV * G, kvd = NKV * hd, rows = pos + n;
     gp_ws_params wp = {.n_threads = 2, .max_tokens = n, .max_keys = rows, .head_dim = hd, .n_heads = nh,
@@ -491,7 +491,7 @@ static int rope_attention_case(gp_backend *be, int32_t compute, int32_t hd, int3
     float *qkv = rand_vec((size_t)n * (nh + 2 * NKV) * hd, 63, 2), *d[2][3], *out[2];
     const size_t sz[3] = {(size_t)n * nh * hd, (size_t)n * kvd, (size_t)n * kvd};
     for (int c = 0; c < 2; c++) {
-        ck[c] = kv_alloc(be, rows, kvd, 8, 32), cv[c] = kv_alloc(be, rows, kvd, 8, 32);
+        ck[c] = kv_alloc(be, rows, kvd, bits, 32), cv[c] = kv_alloc(be, rows, kvd, bits, 32);
         be->ops->upload(be, ck[c].f, old, sizeof(float) * (size_t)pos * kvd);
         be->ops->upload(be, cv[c].f, old, sizeof(float) * (size_t)pos * kvd);
         for (int i = 0, o = 0; i < 3; o += (int)sz[i], i++) d[c][i] = bu_dev_from(be, qkv + o, sz[i]);
@@ -528,16 +528,16 @@ TEST(backend_ops_attention_with_rope_gives_its_parts_bits) {
         gp_backend *be = open_backend(b);
         if (!be) continue;
         int bad = 0, cases = 0;
-        for (int32_t mode = 0; mode < 2; mode++)
+        for (int32_t mode = 0; mode < 3; mode++) /* f32; bf16; bf16 over a float32 cache (tensor cores on cuda) */
             for (size_t h = 0; h < 4; h++)
                 for (size_t g = 0; g < 3; g++)
                     for (size_t p = 0; p < 5; p++)
                         for (int norm = 0; norm < 3; norm++, cases++)
                             bad += rope_attention_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, hds[h], Gs[g],
-                                                       poss[p], p == 1 ? 3 : 1, norm);
-        NOTE("%s: attention running the rope itself vs rope_qk then attention (f32 and bf16 modes, head_dim 8-256, "
-             "1-16 heads per kv head, positions 0-200, 1 and 3 tokens, no / plain / Gemma head norms; %d cases): %d "
-             "results differ (want 0)", BACKENDS[b].name, cases, bad);
+                                                       poss[p], p == 1 ? 3 : 1, norm, mode == 2 ? 0 : 8);
+        NOTE("%s: attention running the rope itself vs rope_qk then attention (f32 and bf16 modes, 8-bit and float32 "
+             "caches, head_dim 8-256, 1-16 heads per kv head, positions 0-200, 1 and 3 tokens, no / plain / Gemma head "
+             "norms; %d cases): %d results differ (want 0)", BACKENDS[b].name, cases, bad);
         CHECK_EQ_INT(bad, 0);
         gp_backend_free(be);
     }

@@ -54,6 +54,11 @@ static float *rand_f32(size_t n, uint32_t seed, float scale) {
     return v;
 }
 
+/* v [n] rounded to bf16 in place (bf16 mode values). */
+static void bf16_round(float *v, size_t n) {
+    for (size_t i = 0; i < n; i++) v[i] = gp_bf16_to_f32(gp_f32_to_bf16(v[i]));
+}
+
 /* A host weight [rows, cols] of format f with random values (MLX affine: `bits`, `group`, bf16 scales/biases). */
 static gp_wt host_wt(gp_wfmt f, int64_t rows, int64_t cols, int bits, int group, uint32_t seed) {
     const size_t n = (size_t)(rows * cols);
@@ -341,25 +346,30 @@ TEST(cuda_backend_kv_quantizer_gives_the_cpu_bits) {
 }
 
 /* Attention of n queries at positions 300.. over float rows of positions [0, 250), 8-bit rows of [250, 300) and the
- * chunk's staged float rows (window > 0: a sliding window with 4 pinned positions).  Returns out [n, nh, hd]
- * (caller frees); one_by_one: a call per query. */
-static float *run_attention(int b, int32_t n, int32_t window, float softcap, int one_by_one, int32_t compute) {
+ * chunk's staged float rows (window > 0: a sliding window with 4 pinned positions); bits == 0: a float32 cache
+ * (every row float) and bf16 values (the bf16 mode's tensor-core path).  Returns out [n, nh, hd] (caller frees);
+ * one_by_one: a call per query. */
+static float *run_attention(int b, int32_t n, int32_t window, float softcap, int one_by_one, int32_t compute,
+                            int32_t bits) {
     enum { NH = 8, NKV = 2, HD = 64, CAP = 300, POS0 = 300 };
     const int32_t kvd = NKV * HD;
     gp_backend *be = g_be[b];
     gp_ws *ws = mk_ws(be, compute, n, POS0 + n, HD, NH, 0);
-    gp_kv_rows ck = kv_alloc(be, CAP, kvd, 8, 32), cv = kv_alloc(be, CAP, kvd, 8, 32);
-    gp_kv_rows sk = kv_alloc(be, n, kvd, 8, 32), sv = kv_alloc(be, n, kvd, 8, 32);
+    gp_kv_rows ck = kv_alloc(be, CAP, kvd, bits, 32), cv = kv_alloc(be, CAP, kvd, bits, 32);
+    gp_kv_rows sk = kv_alloc(be, n, kvd, bits, 32), sv = kv_alloc(be, n, kvd, bits, 32);
     float *k = rand_f32((size_t)(CAP + n) * kvd, 21, 2.0f), *v = rand_f32((size_t)(CAP + n) * kvd, 22, 2.0f);
+    float *q = rand_f32((size_t)n * NH * HD, 23, 2.0f);
+    if (!bits) bf16_round(k, (size_t)(CAP + n) * kvd), bf16_round(v, (size_t)(CAP + n) * kvd),
+        bf16_round(q, (size_t)n * NH * HD);
     float *dk = bu_dev_from(be, k, (size_t)(CAP + n) * kvd), *dv = bu_dev_from(be, v, (size_t)(CAP + n) * kvd);
     be->ops->kv_store(ws, &ck, &cv, 0, dk, dv, 250, 0);
-    be->ops->kv_store(ws, &ck, &cv, 250, dk + 250 * kvd, dv + 250 * kvd, 50, 1);
+    be->ops->kv_store(ws, &ck, &cv, 250, dk + 250 * kvd, dv + 250 * kvd, 50, bits != 0);
     gp_kv_desc d = {.k = {ck, sk}, .v = {cv, sv}, .window = window, .pinned = window ? 4 : 0};
     d.k[1].f = dk + CAP * kvd, d.v[1].f = dv + CAP * kvd; /* the chunk's float rows, read in place */
-    const gp_kv_seg segs[] = {{0, 250, 0, 0, 0}, {250, 300, 250, 0, 1}, {300, 300 + n, 0, 1, 0}};
+    const gp_kv_seg segs[] = {{0, 250, 0, 0, 0}, {250, 300, 250, 0, bits != 0}, {300, 300 + n, 0, 1, 0}};
     memcpy(d.seg, segs, sizeof segs);
     d.n_seg = 3;
-    float *q = rand_f32((size_t)n * NH * HD, 23, 2.0f), *dq = bu_dev_from(be, q, (size_t)n * NH * HD);
+    float *dq = bu_dev_from(be, q, (size_t)n * NH * HD);
     float *dout = be->ops->alloc(be, sizeof(float) * n * NH * HD);
     gp_attn_args a = {.out = dout, .q = dq, .kv = &d, .n = n, .pos0 = POS0, .n_heads = NH, .n_kv = NKV,
                       .head_dim = HD, .scale = 0.125f, .softcap = softcap};
@@ -385,9 +395,9 @@ TEST(cuda_backend_attention_matches_cpu_and_is_chunk_invariant) {
     int same = 1;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int32_t n = cases[i].n;
-        float *c = run_attention(0, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32);
-        float *g = run_attention(1, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32);
-        float *g1 = run_attention(1, n, cases[i].window, cases[i].softcap, 1, GP_COMPUTE_F32);
+        float *c = run_attention(0, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8);
+        float *g = run_attention(1, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8);
+        float *g1 = run_attention(1, n, cases[i].window, cases[i].softcap, 1, GP_COMPUTE_F32, 8);
         const double e = max_rel(g, c, (size_t)n * 8 * 64);
         worst = e > worst ? e : worst;
         same &= !memcmp(g, g1, (size_t)n * 8 * 64 * 4);
@@ -502,15 +512,21 @@ TEST(cuda_backend_bf16_mode_matches_the_cpu_bf16_mode) {
          "rounds to the neighbouring bf16 value now and then)", differ, total, steps);
     CHECK(steps <= 1.0);
     CHECK(differ * 100 <= total);
-    /* attention follows sdpa in this mode (not the CPU's eager softmax): close, not equal */
-    float *ac = run_attention(0, 5, 0, 0, 0, GP_COMPUTE_BF16), *ag = run_attention(1, 5, 0, 0, 0, GP_COMPUTE_BF16);
-    float *ag1 = run_attention(1, 5, 0, 0, 1, GP_COMPUTE_BF16);
-    const double e = max_rel(ag, ac, 5 * 8 * 64);
-    NOTE("bf16 attention (sdpa's flash softmax) vs the cpu's eager bf16: max rel err %.3g (tol 3e-2); a query alone %s",
-         e, memcmp(ag, ag1, 5 * 8 * 64 * 4) ? "DIFFERS" : "gives its bits inside the block");
-    CHECK(e < 3e-2);
-    CHECK(!memcmp(ag, ag1, 5 * 8 * 64 * 4));
-    free(ac), free(ag), free(ag1);
+    /* attention follows sdpa in this mode (not the CPU's eager softmax): close, not equal; over a float32 cache on
+     * tensor cores, with and without a sliding window */
+    for (int i = 0; i < 3; i++) {
+        const int32_t bits = i ? 0 : 8, window = i == 2 ? 120 : 0;
+        float *ac = run_attention(0, 5, window, 0, 0, GP_COMPUTE_BF16, bits);
+        float *ag = run_attention(1, 5, window, 0, 0, GP_COMPUTE_BF16, bits);
+        float *ag1 = run_attention(1, 5, window, 0, 1, GP_COMPUTE_BF16, bits);
+        const double e = max_rel(ag, ac, 5 * 8 * 64);
+        NOTE("bf16 attention (sdpa's flash softmax; %s, window %d) vs the cpu's eager bf16: max rel err %.3g (tol "
+             "3e-2); a query alone %s", bits ? "8-bit rows, float32 sums" : "float32 cache, tensor cores", window, e,
+             memcmp(ag, ag1, 5 * 8 * 64 * 4) ? "DIFFERS" : "gives its bits inside the block");
+        CHECK(e < 3e-2);
+        CHECK(!memcmp(ag, ag1, 5 * 8 * 64 * 4));
+        free(ac), free(ag), free(ag1);
+    }
 }
 
 #endif

@@ -14,7 +14,13 @@
  * of queries (attn_chunk_kernel) stages each split once for a tile of queries and every head of a kv group, each warp
  * running Q = 4 (query, head) pairs at once (2 for heads over 128: their dependent chains interleave, the key and
  * value reads are shared; the probabilities go through shared memory, pv_shared), and folds in registers.  Both
- * call the same two functions with the same operands, so a pair's bits do not depend on Q. */
+ * call the same two functions with the same operands, so a pair's bits do not depend on Q.
+ *
+ * The bf16 mode over a float32 cache (head_dim a multiple of 8 up to 128, no soft-capping) computes each split on
+ * tensor cores instead (split_mma, below: sdpa's flash attention, 16 (query, head) rows a warp, scores and p·v by
+ * mma.sync, p rounded to bf16); decode (decode_mma: the split's 8 key tiles and value tiles over a block's 8 warps)
+ * and chunks (attn_mma_chunk_kernel: splits copied by cp.async while the previous one is computed, then to bf16 once)
+ * give each row the same arithmetic, and the splits fold as above. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -91,26 +97,42 @@ __device__ __forceinline__ void desc_to_smem(const gp_cu_attn &a, const attn_pla
 /* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held (the row
  * of position skip, held, is left for the caller to store).  Each thread issues STAGE_BATCH vectors' loads before
  * storing any (one at a time, their latency was most of a decode split): 8 in decode's blocks of up to 8 warps, 2
- * in a chunk's 16. */
-template <int STAGE_BATCH>
+ * in a chunk's 16.  ZERO: the rows not held are zeros (the tensor-core path multiplies every row). */
+/* Vector idx = i nv + f of a split's rows walked by a block without divisions in the loop: (i, f) of this thread's
+ * first vector, and step() to the vector blockDim.x further. */
+struct row_walk {
+    int i, f, di, df, nv;
+    __device__ __forceinline__ row_walk(int nv_) : nv(nv_) {
+        i = threadIdx.x / nv, f = threadIdx.x - i * nv, di = blockDim.x / nv, df = blockDim.x - di * nv;
+    }
+    __device__ __forceinline__ void step() {
+        i += di, f += df;
+        if (f >= nv) f -= nv, i++;
+    }
+};
+
+template <int STAGE_BATCH, bool ZERO = false>
 __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld,
                             float *ks, float *vs, uint8_t *held, int32_t skip = -1) {
-    const int32_t hd = a.head_dim, nv = hd / 4, j0 = s * SPLIT, off = kvh * hd, total = SPLIT * nv;
-    for (int idx0 = threadIdx.x; idx0 < total; idx0 += STAGE_BATCH * blockDim.x) {
+    const int32_t hd = a.head_dim, j0 = s * SPLIT, off = kvh * hd;
+    for (row_walk w(hd / 4); w.i < SPLIT;) {
         float4 kv[STAGE_BATCH], vv[STAGE_BATCH];
-        int at[STAGE_BATCH]; /* where the vector goes: (i * ld + 4 f) */
+        int at[STAGE_BATCH]; /* where the vector goes: (i * ld + 4 f), -1 past the split */
         bool in[STAGE_BATCH];
 #pragma unroll
-        for (int u = 0; u < STAGE_BATCH; u++) {
-            const int idx = idx0 + u * blockDim.x, i = idx / nv, f = idx - i * nv;
-            at[u] = i * ld + 4 * f;
+        for (int u = 0; u < STAGE_BATCH; u++, w.step()) {
+            const int i = w.i, f = w.f;
+            at[u] = i < SPLIT ? i * ld + 4 * f : -1;
             const int32_t j = j0 + i;
             int sg = -1;
-            for (int k = 0; idx < total && k < d->n_seg; k++)
+            for (int k = 0; i < SPLIT && k < d->n_seg; k++)
                 if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
-            if (idx < total && f == 0) held[i] = sg >= 0;
+            if (i < SPLIT && f == 0) held[i] = sg >= 0;
             in[u] = sg >= 0 && j != skip;
-            if (!in[u]) continue;
+            /* ZERO (the tensor-core path, whose products take every row): zeros for the rows not held */
+            kv[u] = vv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (ZERO && sg < 0 && i < SPLIT) in[u] = true;
+            if (sg < 0 || j == skip) continue;
             const gp_cu_kv_seg S = d->seg[sg];
             const gp_cu_kv_rows &K = d->rows[S.src], &V = d->rows[2 + S.src];
             const int64_t r = S.r0 + (j - S.p0);
@@ -287,26 +309,37 @@ __device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan 
     }
 }
 
-/* The online-softmax fold of one split's (ms, ls, accs) into the running (M, L, O), explicit roundings. */
-template <int NE = MAX_NE>
-__device__ __forceinline__ void fold(float &M, float &L, float *O, float ms, float ls, const float *accs) {
+/* The online-softmax fold of one split's (ms, ls, accs) into the running (M, L, O), explicit roundings: fold_step
+ * updates M and L and gives the two factors, fold_elem an element. */
+__device__ __forceinline__ float2 fold_step(float &M, float &L, float ms, float ls) {
     const float Mn = fmaxf(M, ms), a = M == -INFINITY ? 0.0f : expf(M - Mn), b = expf(ms - Mn);
     L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(ls, b));
-#pragma unroll
-    for (int k = 0; k < NE; k++) O[k] = __fadd_rn(__fmul_rn(O[k], a), __fmul_rn(accs[k], b));
     M = Mn;
+    return make_float2(a, b);
+}
+__device__ __forceinline__ float fold_elem(float O, float acc, float2 ab) {
+    return __fadd_rn(__fmul_rn(O, ab.x), __fmul_rn(acc, ab.y));
+}
+template <int NE = MAX_NE>
+__device__ __forceinline__ void fold(float &M, float &L, float *O, float ms, float ls, const float *accs) {
+    const float2 ab = fold_step(M, L, ms, ls);
+#pragma unroll
+    for (int k = 0; k < NE; k++) O[k] = fold_elem(O[k], accs[k], ab);
 }
 
-/* out [hd] of one (query, head) = O / L (rounded in bf16 mode; zeros when no key was seen). */
+/* An output element O / L (rounded in bf16 mode; zero when no key was seen). */
+__device__ __forceinline__ float out_val(float O, float L, int bf) {
+    const float v = L > 0 ? O / L : 0.0f;
+    return bf ? bf16r(v) : v;
+}
+
+/* out [hd] of one (query, head) from a warp's elements lane + 32 k. */
 template <int NE = MAX_NE>
 __device__ __forceinline__ void finish_out(float *out, int hd, float L, const float *O, int bf) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int k = 0; k < NE; k++)
-        if (lane + 32 * k < hd) {
-            const float v = L > 0 ? O[k] / L : 0.0f;
-            out[lane + 32 * k] = bf ? bf16r(v) : v;
-        }
+        if (lane + 32 * k < hd) out[lane + 32 * k] = out_val(O[k], L, bf);
 }
 
 /* Split id of compact index b. */
@@ -379,6 +412,408 @@ __device__ __forceinline__ void put_part(float *p, int seen, float m, float l, c
         if (lane + 32 * k < hd) p[2 + lane + 32 * k] = acc[k];
 }
 
+/* ---- the bf16 mode on tensor cores (sdpa's flash path: no soft-capping, float32 cache rows, head_dim % 8 == 0 and
+ * <= 128; the choice depends on the model and cache alone, so decode and every chunking take the same path) ----
+ * A warp computes one split for 16 (query, head) rows with mma.sync m16n8k16 (bf16 in, float32 accumulators), rows
+ * g and g + 8 of the fragments in lane 4 g + c: scores S = Q K^T over head_dim in 32-column chunks (cuda_mma.cu's
+ * element map), the row's max and sum of exponentials over its lanes' 16 keys each then the quad's butterfly,
+ * p = 2^(s scale log2 e - max scale log2 e) rounded to bf16 (what flash attention multiplies), and the output
+ * P V over the split's four 16-key blocks in order.  A row's numbers depend on its query and the split's keys
+ * alone (an mma output element on its row and column), so one query gives the bits it has in any tile. */
+#define MMA_W_MAX 8 /* warps of a chunk block (16 rows each) */
+
+/* The fragments of rows g (q0) and g + 8 (q8) for the score product: 8 elements [32 ch + 8 c, + 8) of each as
+ * cuda_mma.cu's x8 packs them; zeros past hd or for an absent row (NULL). */
+template <int NE>
+__device__ __forceinline__ void q_frags(const float *q0, const float *q8, int hd, uint4 (&qa)[NE], uint4 (&qa8)[NE]) {
+    const int c = threadIdx.x & 3;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int ch = 0; ch < NE; ch++) {
+        const int k = 32 * ch + 8 * c;
+        qa[ch] = q0 && k < hd ? pack8(*(const float4 *)(q0 + k), *(const float4 *)(q0 + k + 4)) : z;
+        qa8[ch] = q8 && k < hd ? pack8(*(const float4 *)(q8 + k), *(const float4 *)(q8 + k + 4)) : z;
+    }
+}
+
+/* The warp's bitmask of the split's held keys. */
+__device__ __forceinline__ uint64_t held_mask(const uint8_t *held) {
+    const int lane = threadIdx.x & 31;
+    return (uint64_t)__ballot_sync(0xffffffffu, held[lane]) | (uint64_t)__ballot_sync(0xffffffffu, held[lane + 32])
+                                                                    << 32;
+}
+
+/* The staged split as mma fragments, from float32 rows (decode: ks, vs [SPLIT][ld], packed as they are read) or
+ * from the chunk kernel's bf16 copy (kb [SPLIT][ldk] rows, vt [hd][VT_LD] value columns, keys in pairs): the same
+ * round-to-nearest values either way, so the same products.  kfrag: key row i's 8 elements [32 ch + 8 c, + 8) (zeros
+ * past hd); vfrag: value column col's keys (k, k + 1) and (k + 8, k + 9), the smaller key in the low half. */
+#define VT_LD 36 /* words per value column of vt (32 key pairs + 4: conflict-free fragment reads) */
+struct frags_f32 {
+    const float *ks, *vs;
+    int32_t ld, hd;
+    __device__ __forceinline__ uint4 kfrag(int i, int ch) const {
+        const int k = 32 * ch + 8 * (threadIdx.x & 3);
+        if (k >= hd) return make_uint4(0, 0, 0, 0);
+        const float *r = ks + i * ld + k;
+        return pack8(*(const float4 *)r, *(const float4 *)(r + 4));
+    }
+    __device__ __forceinline__ uint2 vfrag(int col, int k) const {
+        const float *v = vs + k * ld + col;
+        return make_uint2(pack2(v[0], v[ld]), pack2(v[8 * ld], v[9 * ld]));
+    }
+};
+struct frags_bf16 {
+    const uint16_t *kb;
+    const uint32_t *vt;
+    int32_t ldk, hd;
+    __device__ __forceinline__ uint4 kfrag(int i, int ch) const {
+        const int k = 32 * ch + 8 * (threadIdx.x & 3);
+        return k < hd ? *(const uint4 *)(kb + i * ldk + k) : make_uint4(0, 0, 0, 0);
+    }
+    __device__ __forceinline__ uint2 vfrag(int col, int k) const {
+        const uint32_t *v = vt + col * VT_LD + k / 2;
+        return make_uint2(v[0], v[4]);
+    }
+};
+
+/* Scores of key tile j (keys 8 j + 2 c, + 1 of row g, then of row g + 8: the mma accumulator layout) for query
+ * fragments qa, qa8, one mma pair per 32-column chunk in order. */
+template <int NE, typename F>
+__device__ __forceinline__ void score_tile(const uint4 (&qa)[NE], const uint4 (&qa8)[NE], const F &f, int hd, int j,
+                                           float (&s)[4]) {
+    s[0] = s[1] = s[2] = s[3] = 0.0f;
+#pragma unroll
+    for (int ch = 0; ch < NE; ch++)
+        if (32 * ch < hd) chunk_mma(s, qa[ch], qa8[ch], f.kfrag(8 * j + (threadIdx.x & 31) / 4, ch));
+}
+
+/* Keys [0, n) of a split as bits (n clamped to 0..64). */
+__device__ __forceinline__ uint64_t bits_below(int32_t n) {
+    return n <= 0 ? 0ull : n >= 64 ? ~0ull : (1ull << n) - 1;
+}
+
+/* Bit i: a query at position p sees key j0 + i (held by hm, not after p, inside its window or pinned). */
+__device__ __forceinline__ uint64_t vis_mask(const gp_cu_attn &a, uint64_t hm, int32_t j0, int32_t p) {
+    if (p < j0) return 0;
+    const int32_t lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+    const int32_t pin = lo > a.pinned ? a.pinned : lo;
+    return hm & bits_below(p - j0 + 1) & (~bits_below(lo - j0) | bits_below(pin - j0));
+}
+
+/* The softmax of rows g, g + 8 over the split's scores s (the keys a row does not see, vis_mask's, set to -inf
+ * first): seen[r], m[r] (the max, scaled), l[r] (the sum of the float32 exponentials: the lane's 16 in order, then
+ * the quad's butterfly) and pp, the bf16 probabilities in s's layout ([j][r]: keys 8 j + 2 c, + 1).  Returns whether
+ * a row of the warp sees a key. */
+__device__ __forceinline__ bool mma_softmax(const gp_cu_attn &a, float (&s)[8][4], uint64_t hm, int32_t j0,
+                                            const int32_t *p, int *seen, float *m, float *l, uint32_t (&pp)[8][2]) {
+    const float sl2 = a.scale * 1.4426950408889634f;
+    float mx[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const uint64_t vm = vis_mask(a, hm, j0, p[r]) >> (2 * (threadIdx.x & 3));
+        mx[r] = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                if (!((vm >> (8 * j + e)) & 1)) s[j][2 * r + e] = -INFINITY;
+                mx[r] = fmaxf(mx[r], s[j][2 * r + e]);
+            }
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        seen[r] = mx[r] != -INFINITY;
+    }
+    if (!__any_sync(0xffffffffu, seen[0] || seen[1])) return false;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float msl2 = mx[r] * sl2;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float e[2];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const float v = s[j][2 * r + u];
+                e[u] = v == -INFINITY ? 0.0f : ex2_approx(fmaf(v, sl2, -msl2));
+                sum += e[u];
+            }
+            pp[j][r] = pack2(e[0], e[1]);
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        l[r] = sum, m[r] = mx[r] * a.scale;
+    }
+    return true;
+}
+
+/* P V for NT value tiles nt = nt0 + step i (columns 8 nt .. + 7): acc[r][2 i + e] = row r's unnormalized output at
+ * column 8 nt + 2 c + e, the four 16-key blocks in order (zeros past hd); FOLD: acc is the running output instead,
+ * each tile folded into it as it comes (fold_elem with row r's factors ab[r] where seen[r]). */
+template <int NT, bool FOLD = false, typename F>
+__device__ __forceinline__ void pv_tiles(const uint32_t (&pp)[8][2], const F &f, int hd, int nt0, int step,
+                                         float (*acc)[2 * NT], const float2 *ab = NULL, const int *seen = NULL) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        const int nt = nt0 + step * i;
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (8 * nt < hd) {
+#pragma unroll
+            for (int kb = 0; kb < 4; kb++) {
+                const uint2 b = f.vfrag(8 * nt + g, 16 * kb + 2 * c);
+                mma16816(d, pp[2 * kb][0], pp[2 * kb][1], pp[2 * kb + 1][0], pp[2 * kb + 1][1], b.x, b.y);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float &o = acc[r][2 * i + e];
+                if (!FOLD) o = d[2 * r + e];
+                else if (seen[r]) o = fold_elem(o, d[2 * r + e], ab[r]);
+            }
+    }
+}
+
+/* One split for the warp's 16 rows (rows g, g + 8 of this lane: positions p[r], -1 for none), every column, folded
+ * into the running M, L, O of each row that sees a key of it (fold's arithmetic, a value tile at a time). */
+template <int NE>
+__device__ __forceinline__ void split_mma(const gp_cu_attn &a, const uint4 (&qa)[NE], const uint4 (&qa8)[NE],
+                                          const frags_bf16 &f, uint64_t hm, int32_t j0, const int32_t *p, float *M,
+                                          float *L, float (*O)[8 * NE]) {
+    float s[8][4], m[2], l[2];
+    uint32_t pp[8][2];
+    int seen[2];
+#pragma unroll
+    for (int j = 0; j < 8; j++) score_tile<NE>(qa, qa8, f, a.head_dim, j, s[j]);
+    if (!mma_softmax(a, s, hm, j0, p, seen, m, l, pp)) return;
+    float2 ab[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        if (seen[r]) ab[r] = fold_step(M[r], L[r], m[r], l[r]);
+    pv_tiles<4 * NE, true>(pp, f, a.head_dim, 0, 1, O, ab, seen);
+}
+
+/* out [hd] of row r's (query, head) from this lane's elements of tiles nt0 + step i (pv_tiles' columns). */
+template <int NT>
+__device__ __forceinline__ void finish_frag(float *out, int hd, float L, const float *O, int bf, int nt0, int step) {
+    const int c = threadIdx.x & 3;
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        const int nt = nt0 + step * i;
+        if (8 * nt < hd)
+            *(float2 *)(out + 8 * nt + 2 * c) = make_float2(out_val(O[2 * i], L, bf), out_val(O[2 * i + 1], L, bf));
+    }
+}
+
+/* A split's partial of one (query, head) from this lane's elements of tiles nt0 + step i (put_part's layout: m, l,
+ * acc [hd]). */
+template <int NT>
+__device__ __forceinline__ void put_frag(float *p, int seen, float m, float l, const float *acc, int hd, int nt0,
+                                         int step) {
+    const int c = threadIdx.x & 3;
+    if (c == 0 && nt0 == 0) p[0] = seen ? m : -INFINITY, p[1] = seen ? l : 0.0f;
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        const int nt = nt0 + step * i;
+        if (seen && 8 * nt < hd) p[2 + 8 * nt + 2 * c] = acc[2 * i], p[3 + 8 * nt + 2 * c] = acc[2 * i + 1];
+    }
+}
+
+/* Split s's keys and values for kv head kvh into ks, vs [SPLIT][ld] by cp.async (one group, not waited for; zeros for
+ * the positions not held, held[i] marks the others): the tensor-core chunk's staging, its rows all float32. */
+__device__ void stage_async(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld, float *ks,
+                            float *vs, uint8_t *held) {
+    const int32_t j0 = s * SPLIT, off = kvh * a.head_dim;
+    for (row_walk w(a.head_dim / 4); w.i < SPLIT; w.step()) {
+        const int i = w.i, f = w.f;
+        const int32_t j = j0 + i;
+        int sg = -1;
+        for (int k = 0; k < d->n_seg; k++)
+            if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
+        if (f == 0) held[i] = sg >= 0;
+        const float *kp = a.q, *vp = a.q; /* (mapped addresses for the zero fills) */
+        if (sg >= 0) {
+            const gp_cu_kv_seg S = d->seg[sg];
+            const int64_t r = S.r0 + (j - S.p0);
+            kp = d->rows[S.src].f + r * d->rows[S.src].kvd + off + 4 * f;
+            vp = d->rows[2 + S.src].f + r * d->rows[2 + S.src].kvd + off + 4 * f;
+        }
+        cp16(ks + i * ld + 4 * f, kp, sg >= 0);
+        cp16(vs + i * ld + 4 * f, vp, sg >= 0);
+    }
+    cp_commit();
+}
+
+/* The landed float32 split (ks, vs [SPLIT][ld]) as the bf16 copy frags_bf16 reads (kb [SPLIT][ldk] in column order,
+ * vt [hd][VT_LD] value columns with keys in pairs) and its held mask at *hm, by the block. */
+__device__ __forceinline__ void split_to_bf16(const float *ks, const float *vs, int32_t ld, int32_t hd, uint16_t *kb,
+                                              int32_t ldk, uint32_t *vt, const uint8_t *held, uint64_t *hm) {
+    for (row_walk w(hd / 8); w.i < SPLIT; w.step()) {
+        const float *k = ks + w.i * ld + 8 * w.f;
+        *(uint4 *)(kb + w.i * ldk + 8 * w.f) = pack8(*(const float4 *)k, *(const float4 *)(k + 4));
+    }
+    for (int idx = threadIdx.x; idx < SPLIT / 2 * hd; idx += blockDim.x) {
+        const int col = idx / (SPLIT / 2), kp = idx - col * (SPLIT / 2);
+        vt[col * VT_LD + kp] = pack2(vs[2 * kp * ld + col], vs[(2 * kp + 1) * ld + col]);
+    }
+    if (threadIdx.x < 32) {
+        const uint64_t m = held_mask(held);
+        if (threadIdx.x == 0) *hm = m;
+    }
+}
+
+/* Shared memory of attn_mma_chunk_kernel: the float32 split [2][SPLIT][ld], its bf16 copy [SPLIT][hd + 32] and value
+ * columns [hd][VT_LD] words. */
+static size_t mma_chunk_smem(int32_t hd) {
+    return (size_t)2 * SPLIT * (hd + 4) * sizeof(float) + (size_t)SPLIT * (hd + 32) * 2 + (size_t)hd * VT_LD * 4;
+}
+
+/* A chunk of queries on tensor cores: grid (kv heads, query tiles), blockDim.x / 32 warps of 16 rows, a tile qt
+ * queries x the G heads of kv head kvh (row i: query t0 + i / G, head kvh * G + i % G); the splits as
+ * attn_chunk_kernel takes and folds them, each copied by cp.async while the one before is computed, then to bf16. */
+template <int NE>
+__global__ void __launch_bounds__(32 * MMA_W_MAX) attn_mma_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
+    pdl_enter();
+    extern __shared__ float smem[];
+    __shared__ attn_desc_sm d;
+    __shared__ uint8_t held[SPLIT];
+    __shared__ uint64_t hm;
+    const int32_t kvh = blockIdx.x, hd = a.head_dim, lane = threadIdx.x & 31, ldk = hd + 32;
+    const int32_t t0 = (gridDim.y - 1 - blockIdx.y) * qt; /* the tiles with the most keys first */
+    float *ks = smem, *vs = ks + SPLIT * pl.ld;
+    uint16_t *kb = (uint16_t *)(vs + SPLIT * pl.ld);
+    uint32_t *vt = (uint32_t *)(kb + SPLIT * ldk);
+    const frags_bf16 f{kb, vt, ldk, hd};
+    desc_to_smem(a, pl, NULL, &d);
+    int32_t t[2], h[2], p[2];
+    const float *qr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int32_t i = 16 * (threadIdx.x >> 5) + (lane >> 2) + 8 * r;
+        t[r] = t0 + i / pl.G, h[r] = kvh * pl.G + i % pl.G;
+        p[r] = i < qt * pl.G && t[r] < a.n ? a.pos0 + t[r] : -1;
+        qr[r] = p[r] >= 0 ? a.q + ((size_t)t[r] * a.n_heads + h[r]) * hd : NULL;
+    }
+    uint4 qa[NE], qa8[NE];
+    q_frags<NE>(qr[0], qr[1], hd, qa, qa8);
+    const int32_t pf = a.pos0 + t0, pl_last = min(a.pos0 + a.n - 1, pf + qt - 1);
+    const int32_t lo_pos = a.window > 0 && pf - a.window + 1 > pl.first ? pf - a.window + 1 : pl.first;
+    const int32_t s_lo = lo_pos / SPLIT, s_hi = pl_last / SPLIT;
+    const int32_t npin = a.window > 0 && a.pinned > 0 ? min((a.pinned + SPLIT - 1) / SPLIT, s_lo) : 0;
+    float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, O[2][8 * NE];
+#pragma unroll
+    for (int k = 0; k < 8 * NE; k++) O[0][k] = O[1][k] = 0.0f;
+    const int32_t nb = npin + s_hi - s_lo + 1;
+    __syncthreads(); /* the descriptor is in place */
+    stage_async(a, &d, npin > 0 ? 0 : s_lo, kvh, pl.ld, ks, vs, held);
+    for (int32_t b = 0; b < nb; b++) {
+        const int32_t s = b < npin ? b : s_lo + (b - npin), sn = b + 1 < npin ? b + 1 : s_lo + (b + 1 - npin);
+        cp_wait<0>();
+        __syncthreads(); /* split b landed; the bf16 copy's readers of split b - 1 are done */
+        split_to_bf16(ks, vs, pl.ld, hd, kb, ldk, vt, held, &hm);
+        __syncthreads(); /* the copy is complete and the float32 buffer free: split b + 1 goes in while b runs */
+        if (b + 1 < nb) stage_async(a, &d, sn, kvh, pl.ld, ks, vs, held);
+        const int32_t ps[2] = {p[0] >= s * SPLIT ? p[0] : -1, p[1] >= s * SPLIT ? p[1] : -1};
+        if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) split_mma<NE>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        if (p[r] >= 0) finish_frag<4 * NE>(a.out + ((size_t)t[r] * a.n_heads + h[r]) * hd, hd, L[r], O[r], pl.bf, 0, 1);
+}
+
+/* After this block's partials are written to part: the last block of kv head kvh to finish (a ticket: which block
+ * folds varies, the fold's order does not) folds every head's ns partials in order, a warp a head. */
+__device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_plan &pl, int32_t kvh, int32_t ns) {
+    __shared__ int last;
+    /* the ticket: a release of the block's partials (the barrier orders them before it) and, for the last block, an
+     * acquire of the others' (instead of a full fence, __threadfence, then a relaxed atomicAdd) */
+    __syncthreads();
+    if (threadIdx.x == 0) last = ticket_acq_rel(a.count + kvh) == (uint32_t)ns - 1;
+    __syncthreads();
+    if (!last) return;
+    if (threadIdx.x == 0) a.count[kvh] = 0; /* for the next call (which starts after this kernel has finished) */
+    const int32_t hd = a.head_dim;
+    for (int32_t w = threadIdx.x >> 5; w < pl.G; w += blockDim.x >> 5) {
+        const int32_t h = kvh * pl.G + w;
+        fold_parts(a.part + (size_t)h * ns * (hd + 2), ns, hd, a.out + (size_t)h * hd, pl.bf);
+    }
+}
+
+/* A cluster of CL blocks (the kv head's splits): block 0 folds the partials ps [G][...] every block wrote to its
+ * shared memory, a warp a head, through distributed shared memory (fold_parts' loads and arithmetic). */
+template <int CL>
+__device__ __forceinline__ void fold_cluster(const gp_cu_attn &a, const attn_plan &pl, int32_t kvh, float *ps,
+                                             int32_t stride) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync(); /* every block's partials written and visible to the cluster */
+    const int warp = threadIdx.x >> 5;
+    if (blockIdx.x == 0 && warp < pl.G)
+        fold_parts_by(CL, a.head_dim, a.out + (size_t)(kvh * pl.G + warp) * a.head_dim, pl.bf,
+                      [&](int32_t r, int32_t i) { return cluster.map_shared_rank(ps + warp * stride, (int)r)[i]; });
+    cluster.sync(); /* no block leaves (its shared memory) before block 0 has read it */
+}
+
+/* Decode's split on tensor cores for the G heads' rows (queries qsm [G][hd]; rows past G see nothing), over the
+ * block's 8 warps: warp w the scores of key tile w (to shared memory), then every warp the softmax (the same
+ * arithmetic in each) and the value tiles w, w + 8 (the columns 8 w .., 64 + 8 w ..); then as split_decode: folded
+ * in registers when it is the only split, else partials to the cluster or to part. */
+template <int NE, int CL>
+__device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan &pl, const float *qsm, const float *ks,
+                                           const float *vs, const uint8_t *held, int32_t j0, int32_t p, int32_t kvh,
+                                           int32_t ns) {
+    constexpr int NT = NE / 2; /* value tiles a warp (4 NE of them, 8 warps) */
+    __shared__ float4 sc[8][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = a.head_dim;
+    const int32_t row[2] = {lane >> 2, (lane >> 2) + 8};
+    const int32_t ps[2] = {row[0] < pl.G ? p : -1, row[1] < pl.G ? p : -1};
+    {
+        uint4 qa[NE], qa8[NE];
+        q_frags<NE>(ps[0] >= 0 ? qsm + row[0] * hd : NULL, ps[1] >= 0 ? qsm + row[1] * hd : NULL, hd, qa, qa8);
+        float t[4];
+        score_tile<NE>(qa, qa8, frags_f32{ks, vs, pl.ld, hd}, hd, warp, t);
+        sc[warp][lane] = make_float4(t[0], t[1], t[2], t[3]);
+    }
+    const uint64_t hm = held_mask(held);
+    __syncthreads();
+    float s[8][4], m[2], l[2], acc[2][2 * NT];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float4 v = sc[j][lane];
+        s[j][0] = v.x, s[j][1] = v.y, s[j][2] = v.z, s[j][3] = v.w;
+    }
+    int seen[2];
+    uint32_t pp[8][2];
+    if (mma_softmax(a, s, hm, j0, ps, seen, m, l, pp)) pv_tiles<NT>(pp, frags_f32{ks, vs, pl.ld, hd}, hd, warp, 8, acc);
+    if (ns == 1) { /* the only split: folded in registers as the chunk kernel does */
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (row[r] < pl.G) {
+                float M = -INFINITY, L = 0.0f, O[2 * NT];
+#pragma unroll
+                for (int k = 0; k < 2 * NT; k++) O[k] = 0.0f;
+                if (seen[r]) fold<2 * NT>(M, L, O, m[r], l[r], acc[r]);
+                finish_frag<NT>(a.out + (size_t)(kvh * pl.G + row[r]) * hd, hd, L, O, pl.bf, warp, 8);
+            }
+        return;
+    }
+    if constexpr (CL > 0) {
+        __shared__ float part[8][32 * NE + 2]; /* this block's partials, one per head of the group (G <= 8) */
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (row[r] < pl.G) put_frag<NT>(part[row[r]], seen[r], m[r], l[r], acc[r], hd, warp, 8);
+        fold_cluster<CL>(a, pl, kvh, &part[0][0], 32 * NE + 2);
+    } else {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (row[r] < pl.G)
+                put_frag<NT>(a.part + ((size_t)(kvh * pl.G + row[r]) * ns + blockIdx.x) * (hd + 2), seen[r], m[r],
+                             l[r], acc[r], hd, warp, 8);
+        fold_if_last(a, pl, kvh, ns);
+    }
+}
+
 /* Decode: grid (splits of the call, kv heads); warp w < G = query head kvh * G + w; the per-step values from var
  * when it is given (a recorded step), else from a and pl.  A single split is folded in registers.  CL = 0: each
  * block writes its split's partial (m, l, acc [hd]) of every head of the group to part[(h, b)], and the last block
@@ -386,12 +821,11 @@ __device__ __forceinline__ void put_part(float *p, int seen, float m, float l, c
  * CL > 0 (attn_cluster_kernel: the kv head's splits are one thread-block cluster of CL blocks, those past the
  * call's splits seeing no key): the partials stay in shared memory and block 0 folds them through distributed
  * shared memory, with the same loads and arithmetic. */
-template <int STAGE_BATCH, int NE, int CL>
+template <int STAGE_BATCH, int NE, int CL, bool MMA>
 __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_plan &pl, const attn_var *var) {
     extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] (, the new key [hd]) */
     __shared__ attn_desc_sm d;
     __shared__ uint8_t held[SPLIT];
-    __shared__ int last;
     const int32_t b = blockIdx.x, kvh = blockIdx.y, hd = a.head_dim, ns = gridDim.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bool head = warp < pl.G; /* warps past the group's heads only stage */
@@ -407,14 +841,21 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
      * site of stage_split: each one is a large share of the kernel's code.) */
     const bool early = a.rk != NULL;
     if (!early) pdl_enter();
-    stage_split<STAGE_BATCH>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early ? p : -1);
+    stage_split<STAGE_BATCH, MMA>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early ? p : -1);
     if (early) pdl_enter();
-    for (int e = lane; e < hd && head; e += 32) qs[e] = a.q[(size_t)h * hd + e];
-    if (early && head) rope_head_warp(qs, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, freq);
+    for (int32_t w = warp; w < pl.G; w += blockDim.x >> 5) { /* (the tensor-core path: 8 warps for up to 16 heads) */
+        float *qw = vs + SPLIT * pl.ld + w * hd;
+        for (int e = lane; e < hd; e += 32) qw[e] = a.q[(size_t)(kvh * pl.G + w) * hd + e];
+        if (early) rope_head_warp(qw, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, freq);
+    }
     if (early && j0 <= p && p < j0 + SPLIT && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
         rope_store_key(a, kvh, p, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
                        freq, pl.bf);
     __syncthreads();
+    if constexpr (MMA) {
+        decode_mma<NE, CL>(a, pl, vs + SPLIT * pl.ld, ks, vs, held, j0, p, kvh, ns);
+        return;
+    }
     float m, l, acc[1][NE];
     const int32_t pq = head ? p : -1;
     int seen;
@@ -430,38 +871,25 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     if constexpr (CL > 0) {
         __shared__ float ps[8][32 * NE + 2]; /* this block's partials, one per head of the group (G <= 8) */
         if (head) put_part<NE>(ps[warp], seen, m, l, acc[0], hd);
-        namespace cg = cooperative_groups;
-        cg::cluster_group cluster = cg::this_cluster();
-        cluster.sync(); /* every block's partials written and visible to the cluster */
-        if (b == 0 && head)
-            fold_parts_by(CL, hd, a.out + (size_t)h * hd, pl.bf,
-                          [&](int32_t r, int32_t i) { return cluster.map_shared_rank(ps[warp], (int)r)[i]; });
-        cluster.sync(); /* no block leaves (its shared memory) before block 0 has read it */
+        fold_cluster<CL>(a, pl, kvh, &ps[0][0], 32 * NE + 2);
         return;
     }
-    float *part = a.part + ((size_t)h * ns + b) * (hd + 2);
-    if (head) put_part<NE>(part, seen, m, l, acc[0], hd);
-    /* the ticket: a release of the block's partials (the barrier orders them before it) and, for the last block, an
-     * acquire of the others' (instead of a full fence, __threadfence, then a relaxed atomicAdd) */
-    __syncthreads();
-    if (threadIdx.x == 0) last = ticket_acq_rel(a.count + kvh) == (uint32_t)ns - 1;
-    __syncthreads();
-    if (!last) return;
-    if (threadIdx.x == 0) a.count[kvh] = 0; /* for the next call (which starts after this kernel has finished) */
-    if (head) fold_parts(a.part + (size_t)h * ns * (hd + 2), ns, hd, a.out + (size_t)h * hd, pl.bf);
+    if (head) put_part<NE>(a.part + ((size_t)h * ns + b) * (hd + 2), seen, m, l, acc[0], hd);
+    fold_if_last(a, pl, kvh, ns);
 }
 
-template <int STAGE_BATCH, int NE>
+/* Decode (MMA: on tensor cores, blocks of 8 warps for any G up to 16). */
+template <int STAGE_BATCH, int NE, bool MMA>
 __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024)
     attn_split_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
-    split_decode<STAGE_BATCH, NE, 0>(a, pl, var);
+    split_decode<STAGE_BATCH, NE, 0, MMA>(a, pl, var);
 }
 
 /* Decode with 2 to 8 splits and up to 8 query heads per kv head: grid (CL, kv heads), clusters of CL blocks. */
-template <int NE, int CL>
+template <int NE, int CL, bool MMA>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256)
     attn_cluster_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
-    split_decode<8, NE, CL>(a, pl, var);
+    split_decode<8, NE, CL, MMA>(a, pl, var);
 }
 
 /* A chunk of queries: grid (kv heads, query tiles); a tile is qt queries x the G heads of kv head kvh, pairs
@@ -558,26 +986,46 @@ extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
 #endif
 #define ATTN_SMEM_MAX ((2 * SPLIT * (32 * MAX_NE + 4) + CHUNK_Q + 16 * 4 * SPLIT) * sizeof(float))
 
-/* attn_cluster_kernel<NE, CL> by [NE 2, 4, 8][CL 2, 4, 8 as CL >> 2] */
-static void (*const cluster_kernels[3][3])(gp_cu_attn, attn_plan, const attn_var *) = {
-    {attn_cluster_kernel<2, 2>, attn_cluster_kernel<2, 4>, attn_cluster_kernel<2, 8>},
-    {attn_cluster_kernel<4, 2>, attn_cluster_kernel<4, 4>, attn_cluster_kernel<4, 8>},
-    {attn_cluster_kernel<8, 2>, attn_cluster_kernel<8, 4>, attn_cluster_kernel<8, 8>}};
+typedef void (*attn_kernel)(gp_cu_attn, attn_plan, const attn_var *);
+
+/* attn_cluster_kernel<NE, CL, MMA> by [MMA][NE 2, 4, 8][CL 2, 4, 8 as CL >> 2] (the tensor-core path: NE <= 4) */
+static const attn_kernel cluster_kernels[2][3][3] = {
+    {{attn_cluster_kernel<2, 2, false>, attn_cluster_kernel<2, 4, false>, attn_cluster_kernel<2, 8, false>},
+     {attn_cluster_kernel<4, 2, false>, attn_cluster_kernel<4, 4, false>, attn_cluster_kernel<4, 8, false>},
+     {attn_cluster_kernel<8, 2, false>, attn_cluster_kernel<8, 4, false>, attn_cluster_kernel<8, 8, false>}},
+    {{attn_cluster_kernel<2, 2, true>, attn_cluster_kernel<2, 4, true>, attn_cluster_kernel<2, 8, true>},
+     {attn_cluster_kernel<4, 2, true>, attn_cluster_kernel<4, 4, true>, attn_cluster_kernel<4, 8, true>},
+     {NULL, NULL, NULL}}};
+
+/* attn_split_kernel by [MMA or G <= 8 (STAGE_BATCH 8), G > 8 (1)][NE 2, 4, 8] */
+static const attn_kernel split_kernels[3][3] = {
+    {attn_split_kernel<8, 2, false>, attn_split_kernel<8, 4, false>, attn_split_kernel<8, 8, false>},
+    {attn_split_kernel<1, 2, false>, attn_split_kernel<1, 4, false>, attn_split_kernel<1, 8, false>},
+    {attn_split_kernel<8, 2, true>, attn_split_kernel<8, 4, true>, NULL}};
 
 extern "C" int gp_cu_attn_prepare(void) {
-    const void *ks[] = {(const void *)attn_split_kernel<8, 2>, (const void *)attn_split_kernel<8, 4>,
-                        (const void *)attn_split_kernel<8, 8>, (const void *)attn_split_kernel<1, 2>,
-                        (const void *)attn_split_kernel<1, 4>, (const void *)attn_split_kernel<1, 8>,
-                        (const void *)attn_chunk_kernel<4, 2>, (const void *)attn_chunk_kernel<4, 4>,
-                        (const void *)attn_chunk_kernel<2, 8>};
+    const void *ks[] = {(const void *)attn_chunk_kernel<4, 2>, (const void *)attn_chunk_kernel<4, 4>,
+                        (const void *)attn_chunk_kernel<2, 8>, (const void *)attn_mma_chunk_kernel<2>,
+                        (const void *)attn_mma_chunk_kernel<4>};
     cudaError_t e = cudaSuccess;
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+    for (int i = 0; i < 18 && e == cudaSuccess; i++) {
+        const void *k = (const void *)cluster_kernels[i / 9][i / 3 % 3][i % 3];
+        if (k) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+    }
     for (int i = 0; i < 9 && e == cudaSuccess; i++) {
-        const void *k = (const void *)cluster_kernels[i / 3][i % 3];
-        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+        const void *k = (const void *)split_kernels[i / 3][i % 3];
+        if (k) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     }
     return (int)e;
+}
+
+/* Whether a call runs on tensor cores (split_mma): the bf16 mode's flash path over float32 cache rows, head_dim a
+ * multiple of 8 up to 128, at most 16 heads a kv head.  It depends on the model and the cache alone. */
+static int attn_mma(const gp_cu_attn *a, const attn_plan *pl) {
+    return pl->bf && a->softcap <= 0 && a->k[0].bits == 0 && a->head_dim % 8 == 0 && a->head_dim <= 128 &&
+           pl->G <= 16;
 }
 
 /* A recorded step: the decode call's per-step values of c and pl moved to d's per-step block (zeros left in c, pl);
@@ -596,6 +1044,51 @@ static const attn_var *step_var(gp_cu *d, gp_cu_attn *c, attn_plan *pl) {
     return var;
 }
 
+/* Decode: the splits in parallel (at least 8 warps stage a split; a group's heads compute it, or warp 0 on tensor
+ * cores), then the fold. */
+static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t tiles) {
+    const int32_t ns = pl.np + pl.hi - pl.lo + 1, hd = a->head_dim;
+    const size_t sh = tiles + (size_t)(pl.G + (a->rk ? 1 : 0)) * hd * sizeof(float);
+    if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
+    if (!a->count || a->n_kv > GP_CU_ATTN_MAX_KV) return (int)cudaErrorInvalidValue;
+    const int mma = attn_mma(a, &pl), ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
+    const dim3 grid((unsigned)ns, (unsigned)a->n_kv), blk(32 * (pl.G < 8 || mma ? 8 : pl.G));
+    gp_cu_attn c = *a;
+    attn_plan pc = pl;
+    const attn_var *var = step_var(d, &c, &pc);
+    if (pl.G <= 8 && ns >= 2 && ns <= 8) { /* one cluster of 2, 4 or 8 blocks per kv head */
+        const int cl = ns <= 2 ? 2 : ns <= 4 ? 4 : 8;
+        launch(cluster_kernels[mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh, d, c, pc, var);
+    } else launch(split_kernels[mma ? 2 : pl.G <= 8 ? 0 : 1][ne], grid, blk, sh, d, c, pc, var);
+    return (int)cudaGetLastError();
+}
+
+/* A chunk of queries: blocks of query tiles x one kv head's group. */
+static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t tiles) {
+    if (pl.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
+    const int32_t hd = a->head_dim;
+    if (attn_mma(a, &pl)) { /* warps of 16 rows: 8 a block when that fills the GPU, else 4 (the same bits) */
+        static const int64_t sms = gp_cu_sm_count();
+        const int32_t q8 = 16 * MMA_W_MAX / pl.G, w = (int64_t)a->n_kv * ((a->n + q8 - 1) / q8) >= sms ? 8 : 4;
+        const int32_t qt = 16 * w / pl.G;
+        const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * w);
+        const size_t sh = mma_chunk_smem(hd);
+        if (hd <= 64) launch(attn_mma_chunk_kernel<2>, grid, blk, sh, d, *a, pl, qt);
+        else launch(attn_mma_chunk_kernel<4>, grid, blk, sh, d, *a, pl, qt);
+        return (int)cudaGetLastError();
+    }
+    /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
+    const int32_t Q = hd <= 128 ? 4 : 2, qt = GP_CHUNK_WARPS * Q / pl.G, pairs = qt * pl.G;
+    const int32_t warps = (pairs + Q - 1) / Q;
+    const size_t sh = tiles + ((size_t)pairs * hd + (size_t)warps * Q * SPLIT) * sizeof(float);
+    if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
+    const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * warps);
+    if (hd <= 64) launch(attn_chunk_kernel<4, 2>, grid, blk, sh, d, *a, pl, qt);
+    else if (hd <= 128) launch(attn_chunk_kernel<4, 4>, grid, blk, sh, d, *a, pl, qt);
+    else launch(attn_chunk_kernel<2, 8>, grid, blk, sh, d, *a, pl, qt);
+    return (int)cudaGetLastError();
+}
+
 extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
     if (a->n <= 0) return 0;
     if (a->rk && (a->n != 1 || !a->kf || !a->vf || !a->rv || !a->inv_freq || a->head_dim % 2))
@@ -605,36 +1098,5 @@ extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {
         return (int)cudaErrorInvalidValue;
     const attn_plan pl = plan_of(a, gp_cu_bf16(d));
     const size_t tiles = (size_t)2 * SPLIT * pl.ld * sizeof(float);
-    if (a->n == 1) { /* decode: the splits in parallel, then the fold */
-        const int32_t ns = pl.np + pl.hi - pl.lo + 1;
-        const size_t sh = tiles + (size_t)(pl.G + (a->rk ? 1 : 0)) * a->head_dim * sizeof(float);
-        if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
-        if (!a->count || a->n_kv > GP_CU_ATTN_MAX_KV) return (int)cudaErrorInvalidValue;
-        /* at least 8 warps stage the split (a group's heads compute it) */
-        const dim3 grid((unsigned)ns, (unsigned)a->n_kv), blk(32 * (pl.G < 8 ? 8 : pl.G));
-        const int hd = a->head_dim;
-        gp_cu_attn c = *a;
-        attn_plan pc = pl;
-        const attn_var *var = step_var(d, &c, &pc);
-        if (pl.G <= 8 && ns >= 2 && ns <= 8) { /* one cluster of 2, 4 or 8 blocks per kv head */
-            const int cl = ns <= 2 ? 2 : ns <= 4 ? 4 : 8, ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
-            launch(cluster_kernels[ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh, d, c, pc, var);
-        } else if (pl.G <= 8)
-            launch(hd <= 64 ? attn_split_kernel<8, 2> : hd <= 128 ? attn_split_kernel<8, 4> : attn_split_kernel<8, 8>,
-                   grid, blk, sh, d, c, pc, var);
-        else launch(hd <= 64 ? attn_split_kernel<1, 2> : hd <= 128 ? attn_split_kernel<1, 4> : attn_split_kernel<1, 8>,
-                    grid, blk, sh, d, c, pc, var);
-    } else {
-        if (pl.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
-        /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
-        const int32_t hd = a->head_dim, Q = hd <= 128 ? 4 : 2, qt = GP_CHUNK_WARPS * Q / pl.G, pairs = qt * pl.G;
-        const int32_t warps = (pairs + Q - 1) / Q;
-        const size_t sh = tiles + ((size_t)pairs * hd + (size_t)warps * Q * SPLIT) * sizeof(float);
-        if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
-        const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * warps);
-        if (hd <= 64) launch(attn_chunk_kernel<4, 2>, grid, blk, sh, d, *a, pl, qt);
-        else if (hd <= 128) launch(attn_chunk_kernel<4, 4>, grid, blk, sh, d, *a, pl, qt);
-        else launch(attn_chunk_kernel<2, 8>, grid, blk, sh, d, *a, pl, qt);
-    }
-    return (int)cudaGetLastError();
+    return a->n == 1 ? attn_decode(d, a, pl, tiles) : attn_chunk(d, a, pl, tiles);
 }

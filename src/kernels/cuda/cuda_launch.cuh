@@ -225,6 +225,35 @@ __device__ __forceinline__ void rms_apply(float *y, const float *x, float inv, c
     for (; i < dim; i += nb) y[i] = rms_val(x[i], inv, wt_at(w, dt, i), plus_one, bf);
 }
 
+/* ---- bf16 tensor-core fragments (cuda_mma.cu's projections, cuda_attn.cu's bf16-mode attention) ---- */
+
+/* Two floats as one bf16x2 register (lo in the low half: the smaller column). */
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Eight consecutive floats (a, then b) as four bf16x2 words in column order. */
+__device__ __forceinline__ uint4 pack8(const float4 &a, const float4 &b) {
+    return make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+}
+
+/* d += a (16x16, row) * b (16x8, col), bf16 in, float32 accumulators */
+__device__ __forceinline__ void mma16816(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The two 16-column blocks of one 32-column chunk: acc (rows g, g+8 of the token tile x cols 2c, 2c+1 of the 8
+ * weight rows) += A (token rows g: a, g + 8: a8) * W (b). */
+__device__ __forceinline__ void chunk_mma(float *acc, const uint4 &a, const uint4 &a8, const uint4 &b) {
+    mma16816(acc, a.x, a8.x, a.y, a8.y, b.x, b.y);
+    mma16816(acc, a.z, a8.z, a.w, a8.w, b.z, b.w);
+}
+
 /* 16 bytes global -> shared without registers (cp.async); zeros when !ok (nothing is read then; g must still be a
  * mapped address).  cp_commit closes a group of them; cp_wait<N> waits until at most N of this thread's groups are
  * in flight (cp_wait<0>: all its copies have landed). */
