@@ -17,10 +17,10 @@
  * call the same two functions with the same operands, so a pair's bits do not depend on Q.
  *
  * The bf16 mode over a float32 cache (head_dim a multiple of 8 up to 128, no soft-capping) computes each split on
- * tensor cores instead (split_mma, below: sdpa's flash attention, 16 (query, head) rows a warp, scores and p·v by
- * mma.sync, p rounded to bf16); decode (decode_mma: the split's 8 key tiles and value tiles over a block's 8 warps)
- * and chunks (attn_mma_chunk_kernel: splits copied by cp.async while the previous one is computed, then to bf16 once)
- * give each row the same arithmetic, and the splits fold as above. */
+ * tensor cores instead (below: sdpa's flash attention for 16 (query, head) rows at once, scores and p·v by mma.sync,
+ * p rounded to bf16); decode (decode_mma: the split's 8 key tiles and value tiles over a block's 8 warps) and chunks
+ * (attn_mma_chunk_kernel: a warp pair per 16 rows, split_mma_pair; splits copied by cp.async while the previous one
+ * is computed, then to bf16 once) give each row the same arithmetic, and the splits fold as above. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -420,7 +420,7 @@ __device__ __forceinline__ void put_part(float *p, int seen, float m, float l, c
  * p = 2^(s scale log2 e - max scale log2 e) rounded to bf16 (what flash attention multiplies), and the output
  * P V over the split's four 16-key blocks in order.  A row's numbers depend on its query and the split's keys
  * alone (an mma output element on its row and column), so one query gives the bits it has in any tile. */
-#define MMA_W_MAX 8 /* warps of a chunk block (16 rows each) */
+#define MMA_W_MAX 8 /* row tiles of a chunk block (16 rows each, a warp pair) */
 
 /* The fragments of rows g (q0) and g + 8 (q8) for the score product: 8 elements [32 ch + 8 c, + 8) of each as
  * cuda_mma.cu's x8 packs them; zeros past hd or for an absent row (NULL). */
@@ -500,50 +500,55 @@ __device__ __forceinline__ uint64_t vis_mask(const gp_cu_attn &a, uint64_t hm, i
     return hm & bits_below(p - j0 + 1) & (~bits_below(lo - j0) | bits_below(pin - j0));
 }
 
-/* The softmax of rows g, g + 8 over the split's scores s (the keys a row does not see, vis_mask's, set to -inf
- * first): seen[r], m[r] (the max, scaled), l[r] (the sum of the float32 exponentials: the lane's 16 in order, then
- * the quad's butterfly) and pp, the bf16 probabilities in s's layout ([j][r]: keys 8 j + 2 c, + 1).  Returns whether
- * a row of the warp sees a key. */
-__device__ __forceinline__ bool mma_softmax(const gp_cu_attn &a, float (&s)[8][4], uint64_t hm, int32_t j0,
-                                            const int32_t *p, int *seen, float *m, float *l, uint32_t (&pp)[8][2]) {
+/* One row's softmax over the split's scores v[j][e] (keys 8 j + 2 c + e; those whose bit of vm, vis_mask's shifted by
+ * 2 c, is clear set to -inf first): seen, m (the max, scaled), l (the sum of the float32 exponentials: the lane's 16
+ * in order, then the quad's butterfly) and pp[j], the bf16 probabilities of keys 8 j + 2 c, + 1 (zeros where unseen). */
+__device__ __forceinline__ void row_softmax(const gp_cu_attn &a, float (&v)[8][2], uint64_t vm, int &seen, float &m,
+                                            float &l, uint32_t (&pp)[8]) {
     const float sl2 = a.scale * 1.4426950408889634f;
-    float mx[2];
+    float mx = -INFINITY;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const uint64_t vm = vis_mask(a, hm, j0, p[r]) >> (2 * (threadIdx.x & 3));
-        mx[r] = -INFINITY;
+    for (int j = 0; j < 8; j++)
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                if (!((vm >> (8 * j + e)) & 1)) s[j][2 * r + e] = -INFINITY;
-                mx[r] = fmaxf(mx[r], s[j][2 * r + e]);
-            }
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        seen[r] = mx[r] != -INFINITY;
-    }
-    if (!__any_sync(0xffffffffu, seen[0] || seen[1])) return false;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float msl2 = mx[r] * sl2;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float e[2];
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                const float v = s[j][2 * r + u];
-                e[u] = v == -INFINITY ? 0.0f : ex2_approx(fmaf(v, sl2, -msl2));
-                sum += e[u];
-            }
-            pp[j][r] = pack2(e[0], e[1]);
+        for (int e = 0; e < 2; e++) {
+            if (!((vm >> (8 * j + e)) & 1)) v[j][e] = -INFINITY;
+            mx = fmaxf(mx, v[j][e]);
         }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        l[r] = sum, m[r] = mx[r] * a.scale;
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    seen = mx != -INFINITY;
+    const float msl2 = mx * sl2;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float e[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            e[u] = v[j][u] == -INFINITY ? 0.0f : ex2_approx(fmaf(v[j][u], sl2, -msl2));
+            sum += e[u];
+        }
+        pp[j] = pack2(e[0], e[1]);
     }
-    return true;
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    l = sum, m = mx * a.scale;
+}
+
+/* row_softmax of rows g, g + 8 (positions p[r]) over scores s in the mma accumulator layout, pp[j][r]; returns
+ * whether a row of the warp sees a key of the split. */
+__device__ __forceinline__ bool mma_softmax(const gp_cu_attn &a, const float (&s)[8][4], uint64_t hm, int32_t j0,
+                                            const int32_t *p, int *seen, float *m, float *l, uint32_t (&pp)[8][2]) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float v[8][2];
+        uint32_t q[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j][0] = s[j][2 * r], v[j][1] = s[j][2 * r + 1];
+        row_softmax(a, v, vis_mask(a, hm, j0, p[r]) >> (2 * (threadIdx.x & 3)), seen[r], m[r], l[r], q);
+#pragma unroll
+        for (int j = 0; j < 8; j++) pp[j][r] = q[j];
+    }
+    return __any_sync(0xffffffffu, seen[0] || seen[1]);
 }
 
 /* P V for NT value tiles nt = nt0 + step i (columns 8 nt .. + 7): acc[r][2 i + e] = row r's unnormalized output at
@@ -575,23 +580,58 @@ __device__ __forceinline__ void pv_tiles(const uint32_t (&pp)[8][2], const F &f,
     }
 }
 
-/* One split for the warp's 16 rows (rows g, g + 8 of this lane: positions p[r], -1 for none), every column, folded
- * into the running M, L, O of each row that sees a key of it (fold's arithmetic, a value tile at a time). */
+/* What a warp pair exchanges for one split of its 16 rows: scores by row [r][key tile][lane], the bf16 probabilities
+ * and each row's (m, l) (shared memory). */
+struct pair_x {
+    float2 s[2][8][32];
+    uint32_t pp[2][8][32];
+    float2 ml[2][32];
+};
+
+/* The pair's barrier (named barrier 1 + T: warps 2 T, 2 T + 1). */
+__device__ __forceinline__ void pair_sync(int T) { asm volatile("bar.sync %0, 64;" ::"r"(T + 1) : "memory"); }
+
+/* One split for a row tile's 16 rows (rows g, g + 8 of this lane: positions p[r], -1 for none) by a warp pair, half
+ * h of it: the scores of key tiles 4 h .. 4 h + 3, the softmax of row h (g or g + 8 of each lane), the value tiles
+ * h, h + 2, ... folded into O (M, L: both rows', kept by both warps) where a row sees a key; each row's arithmetic is
+ * decode_mma's (score_tile, row_softmax, pv_tiles, fold). */
 template <int NE>
-__device__ __forceinline__ void split_mma(const gp_cu_attn &a, const uint4 (&qa)[NE], const uint4 (&qa8)[NE],
-                                          const frags_bf16 &f, uint64_t hm, int32_t j0, const int32_t *p, float *M,
-                                          float *L, float (*O)[8 * NE]) {
-    float s[8][4], m[2], l[2];
+__device__ __forceinline__ void split_mma_pair(const gp_cu_attn &a, const uint4 (&qa)[NE], const uint4 (&qa8)[NE],
+                                               const frags_bf16 &f, uint64_t hm, int32_t j0, const int32_t *p,
+                                               float *M, float *L, float (*O)[4 * NE], pair_x *x, int T, int h) {
+    const int lane = threadIdx.x & 31, hd = a.head_dim;
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++) {
+        float t[4];
+        score_tile<NE>(qa, qa8, f, hd, 4 * h + jj, t);
+        x->s[0][4 * h + jj][lane] = make_float2(t[0], t[1]), x->s[1][4 * h + jj][lane] = make_float2(t[2], t[3]);
+    }
+    pair_sync(T);
+    {
+        float v[8][2];
+        uint32_t q[8];
+        int sn;
+        float m, l;
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j][0] = x->s[h][j][lane].x, v[j][1] = x->s[h][j][lane].y;
+        row_softmax(a, v, vis_mask(a, hm, j0, p[h]) >> (2 * (lane & 3)), sn, m, l, q);
+#pragma unroll
+        for (int j = 0; j < 8; j++) x->pp[h][j][lane] = q[j];
+        x->ml[h][lane] = make_float2(m, l); /* m = -inf: unseen */
+    }
+    pair_sync(T);
     uint32_t pp[8][2];
     int seen[2];
-#pragma unroll
-    for (int j = 0; j < 8; j++) score_tile<NE>(qa, qa8, f, a.head_dim, j, s[j]);
-    if (!mma_softmax(a, s, hm, j0, p, seen, m, l, pp)) return;
     float2 ab[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++)
-        if (seen[r]) ab[r] = fold_step(M[r], L[r], m[r], l[r]);
-    pv_tiles<4 * NE, true>(pp, f, a.head_dim, 0, 1, O, ab, seen);
+    for (int r = 0; r < 2; r++) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) pp[j][r] = x->pp[r][j][lane];
+        const float2 ml = x->ml[r][lane];
+        seen[r] = ml.x != -INFINITY;
+        if (seen[r]) ab[r] = fold_step(M[r], L[r], ml.x, ml.y);
+    }
+    if (__any_sync(0xffffffffu, seen[0] || seen[1])) pv_tiles<2 * NE, true>(pp, f, hd, h, 2, O, ab, seen);
 }
 
 /* out [hd] of row r's (query, head) from this lane's elements of tiles nt0 + step i (pv_tiles' columns). */
@@ -663,17 +703,19 @@ __device__ __forceinline__ void split_to_bf16(const float *ks, const float *vs, 
     }
 }
 
-/* Shared memory of attn_mma_chunk_kernel: the float32 split [2][SPLIT][ld], its bf16 copy [SPLIT][hd + 32] and value
- * columns [hd][VT_LD] words. */
-static size_t mma_chunk_smem(int32_t hd) {
-    return (size_t)2 * SPLIT * (hd + 4) * sizeof(float) + (size_t)SPLIT * (hd + 32) * 2 + (size_t)hd * VT_LD * 4;
+/* Shared memory of attn_mma_chunk_kernel with w row tiles: the float32 keys and values [SPLIT][ld] each, their bf16
+ * copy [SPLIT][hd + 32] and value columns [hd][VT_LD] words, a pair_x per row tile. */
+static size_t mma_chunk_smem(int32_t hd, int32_t w) {
+    return (size_t)2 * SPLIT * (hd + 4) * sizeof(float) + (size_t)SPLIT * (hd + 32) * 2 + (size_t)hd * VT_LD * 4 +
+           (size_t)w * sizeof(pair_x);
 }
 
-/* A chunk of queries on tensor cores: grid (kv heads, query tiles), blockDim.x / 32 warps of 16 rows, a tile qt
- * queries x the G heads of kv head kvh (row i: query t0 + i / G, head kvh * G + i % G); the splits as
- * attn_chunk_kernel takes and folds them, each copied by cp.async while the one before is computed, then to bf16. */
+/* A chunk of queries on tensor cores: grid (kv heads, query tiles), blockDim.x / 64 row tiles of 16 rows, each a warp
+ * pair's (split_mma_pair), a tile qt queries x the G heads of kv head kvh (row i: query t0 + i / G, head kvh G +
+ * i % G); the splits as attn_chunk_kernel takes and folds them, each copied by cp.async while the one before is
+ * computed, then to bf16. */
 template <int NE>
-__global__ void __launch_bounds__(32 * MMA_W_MAX) attn_mma_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
+__global__ void __launch_bounds__(64 * MMA_W_MAX) attn_mma_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
     pdl_enter();
     extern __shared__ float smem[];
     __shared__ attn_desc_sm d;
@@ -684,13 +726,15 @@ __global__ void __launch_bounds__(32 * MMA_W_MAX) attn_mma_chunk_kernel(gp_cu_at
     float *ks = smem, *vs = ks + SPLIT * pl.ld;
     uint16_t *kb = (uint16_t *)(vs + SPLIT * pl.ld);
     uint32_t *vt = (uint32_t *)(kb + SPLIT * ldk);
+    const int T = threadIdx.x >> 6, half = (threadIdx.x >> 5) & 1;
+    pair_x *x = (pair_x *)(vt + hd * VT_LD) + T;
     const frags_bf16 f{kb, vt, ldk, hd};
     desc_to_smem(a, pl, NULL, &d);
     int32_t t[2], h[2], p[2];
     const float *qr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const int32_t i = 16 * (threadIdx.x >> 5) + (lane >> 2) + 8 * r;
+        const int32_t i = 16 * T + (lane >> 2) + 8 * r;
         t[r] = t0 + i / pl.G, h[r] = kvh * pl.G + i % pl.G;
         p[r] = i < qt * pl.G && t[r] < a.n ? a.pos0 + t[r] : -1;
         qr[r] = p[r] >= 0 ? a.q + ((size_t)t[r] * a.n_heads + h[r]) * hd : NULL;
@@ -701,9 +745,9 @@ __global__ void __launch_bounds__(32 * MMA_W_MAX) attn_mma_chunk_kernel(gp_cu_at
     const int32_t lo_pos = a.window > 0 && pf - a.window + 1 > pl.first ? pf - a.window + 1 : pl.first;
     const int32_t s_lo = lo_pos / SPLIT, s_hi = pl_last / SPLIT;
     const int32_t npin = a.window > 0 && a.pinned > 0 ? min((a.pinned + SPLIT - 1) / SPLIT, s_lo) : 0;
-    float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, O[2][8 * NE];
+    float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, O[2][4 * NE];
 #pragma unroll
-    for (int k = 0; k < 8 * NE; k++) O[0][k] = O[1][k] = 0.0f;
+    for (int k = 0; k < 4 * NE; k++) O[0][k] = O[1][k] = 0.0f;
     const int32_t nb = npin + s_hi - s_lo + 1;
     __syncthreads(); /* the descriptor is in place */
     stage_async(a, &d, npin > 0 ? 0 : s_lo, kvh, pl.ld, ks, vs, held);
@@ -715,11 +759,13 @@ __global__ void __launch_bounds__(32 * MMA_W_MAX) attn_mma_chunk_kernel(gp_cu_at
         __syncthreads(); /* the copy is complete and the float32 buffer free: split b + 1 goes in while b runs */
         if (b + 1 < nb) stage_async(a, &d, sn, kvh, pl.ld, ks, vs, held);
         const int32_t ps[2] = {p[0] >= s * SPLIT ? p[0] : -1, p[1] >= s * SPLIT ? p[1] : -1};
-        if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) split_mma<NE>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O);
+        if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) /* (the same for both warps of a pair) */
+            split_mma_pair<NE>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O, x, T, half);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++)
-        if (p[r] >= 0) finish_frag<4 * NE>(a.out + ((size_t)t[r] * a.n_heads + h[r]) * hd, hd, L[r], O[r], pl.bf, 0, 1);
+        if (p[r] >= 0)
+            finish_frag<2 * NE>(a.out + ((size_t)t[r] * a.n_heads + h[r]) * hd, hd, L[r], O[r], pl.bf, half, 2);
 }
 
 /* After this block's partials are written to part: the last block of kv head kvh to finish (a ticket: which block
@@ -1021,7 +1067,7 @@ extern "C" int gp_cu_attn_prepare(void) {
     return (int)e;
 }
 
-/* Whether a call runs on tensor cores (split_mma): the bf16 mode's flash path over float32 cache rows, head_dim a
+/* Whether a call runs on tensor cores (decode_mma, attn_mma_chunk_kernel): the bf16 mode's flash path over float32 cache rows, head_dim a
  * multiple of 8 up to 128, at most 16 heads a kv head.  It depends on the model and the cache alone. */
 static int attn_mma(const gp_cu_attn *a, const attn_plan *pl) {
     return pl->bf && a->softcap <= 0 && a->k[0].bits == 0 && a->head_dim % 8 == 0 && a->head_dim <= 128 &&
@@ -1071,8 +1117,8 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
         static const int64_t sms = gp_cu_sm_count();
         const int32_t q8 = 16 * MMA_W_MAX / pl.G, w = (int64_t)a->n_kv * ((a->n + q8 - 1) / q8) >= sms ? 8 : 4;
         const int32_t qt = 16 * w / pl.G;
-        const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * w);
-        const size_t sh = mma_chunk_smem(hd);
+        const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(64 * w);
+        const size_t sh = mma_chunk_smem(hd, w);
         if (hd <= 64) launch(attn_mma_chunk_kernel<2>, grid, blk, sh, d, *a, pl, qt);
         else launch(attn_mma_chunk_kernel<4>, grid, blk, sh, d, *a, pl, qt);
         return (int)cudaGetLastError();
