@@ -14,9 +14,10 @@
 #   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90a: Hopper) in build-cuda/
 #   make test-cuda  build-cuda's CUDA tests: on a GPU machine parity, determinism and the op harness (again with the
 #                   bf16 GEMM's chains forced into 1, 2 and 4 groups, its whole-GEMM wgmma path forced off and on,
-#                   and on with cp.async copies instead of TMA), then the cache, steering, LoRA, batch,
-#                   KV-quantization and generation suites again on the GPU (GENPARITY_TEST_DEVICE=cuda); without a
-#                   GPU or driver they check that selecting CUDA is a clear error
+#                   and on with cp.async copies instead of TMA, the bf16 attention's row tiles on 2 and 4 warps),
+#                   then the cache, steering, LoRA, batch, KV-quantization and generation suites again on the GPU
+#                   (GENPARITY_TEST_DEVICE=cuda); without a GPU or driver they check that selecting CUDA is a clear
+#                   error
 
 BUILD   ?= build
 CC      ?= gcc
@@ -94,6 +95,7 @@ test-cuda: cuda
 	    for g in 1 2 4; do GP_CU_GEMM_SPLIT=$$g ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    for w in 0 1; do GP_CU_WG_WHOLE=$$w ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    GP_CU_WG_WHOLE=1 GP_CU_TMA=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
+	    for k in 2 4; do GP_CU_ATTN_K=$$k ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests $(CUDA_SUITES); \
 	else echo "test-cuda: no usable CUDA device: the suites' GPU pass is skipped"; fi
 

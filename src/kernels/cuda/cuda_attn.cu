@@ -19,7 +19,7 @@
  * The bf16 mode over a float32 cache (head_dim a multiple of 8 up to 128, no soft-capping) computes each split on
  * tensor cores instead (below: sdpa's flash attention for 16 (query, head) rows at once, scores and p·v by mma.sync,
  * p rounded to bf16); decode (decode_mma: the split's 8 key tiles and value tiles over a block's 8 warps) and chunks
- * (attn_mma_chunk_kernel: a warp pair per 16 rows, split_mma_pair; splits copied by cp.async while the previous one
+ * (attn_mma_chunk_kernel: K warps per 16 rows, split_mma_tile; splits copied by cp.async while the previous one
  * is computed, then to bf16 once) give each row the same arithmetic, and the splits fold as above. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -420,7 +420,7 @@ __device__ __forceinline__ void put_part(float *p, int seen, float m, float l, c
  * p = 2^(s scale log2 e - max scale log2 e) rounded to bf16 (what flash attention multiplies), and the output
  * P V over the split's four 16-key blocks in order.  A row's numbers depend on its query and the split's keys
  * alone (an mma output element on its row and column), so one query gives the bits it has in any tile. */
-#define MMA_W_MAX 8 /* row tiles of a chunk block (16 rows each, a warp pair) */
+#define MMA_WARPS 16 /* warps of a chunk block at most (row tiles of 16 rows x K warps each) */
 
 /* The fragments of rows g (q0) and g + 8 (q8) for the score product: 8 elements [32 ch + 8 c, + 8) of each as
  * cuda_mma.cu's x8 packs them; zeros past hd or for an absent row (NULL). */
@@ -580,46 +580,47 @@ __device__ __forceinline__ void pv_tiles(const uint32_t (&pp)[8][2], const F &f,
     }
 }
 
-/* What a warp pair exchanges for one split of its 16 rows: scores by row [r][key tile][lane], the bf16 probabilities
- * and each row's (m, l) (shared memory). */
-struct pair_x {
+/* What the K warps of a row tile exchange for one split of its 16 rows: scores by row [r][key tile][lane], the bf16
+ * probabilities and each row's (m, l) (shared memory). */
+struct tile_x {
     float2 s[2][8][32];
     uint32_t pp[2][8][32];
     float2 ml[2][32];
 };
 
-/* The pair's barrier (named barrier 1 + T: warps 2 T, 2 T + 1). */
-__device__ __forceinline__ void pair_sync(int T) { asm volatile("bar.sync %0, 64;" ::"r"(T + 1) : "memory"); }
+/* The barrier of row tile T's K warps (named barrier 1 + T). */
+template <int K>
+__device__ __forceinline__ void tile_sync(int T) { asm volatile("bar.sync %0, %1;" ::"r"(T + 1), "n"(32 * K) : "memory"); }
 
-/* One split for a row tile's 16 rows (rows g, g + 8 of this lane: positions p[r], -1 for none) by a warp pair, half
- * h of it: the scores of key tiles 4 h .. 4 h + 3, the softmax of row h (g or g + 8 of each lane), the value tiles
- * h, h + 2, ... folded into O (M, L: both rows', kept by both warps) where a row sees a key; each row's arithmetic is
- * decode_mma's (score_tile, row_softmax, pv_tiles, fold). */
-template <int NE>
-__device__ __forceinline__ void split_mma_pair(const gp_cu_attn &a, const uint4 (&qa)[NE], const uint4 (&qa8)[NE],
+/* One split for a row tile's 16 rows (rows g, g + 8 of this lane: positions p[r], -1 for none) by its K warps, member
+ * q of them: the scores of key tiles (8 / K) q .., the softmax of row q (g or g + 8 of each lane; none for q >= 2),
+ * the value tiles q, q + K, ... folded into O (M, L: both rows', kept by every member) where a row sees a key; each
+ * row's arithmetic is decode_mma's (score_tile, row_softmax, pv_tiles, fold). */
+template <int NE, int K>
+__device__ __forceinline__ void split_mma_tile(const gp_cu_attn &a, const uint4 (&qa)[NE], const uint4 (&qa8)[NE],
                                                const frags_bf16 &f, uint64_t hm, int32_t j0, const int32_t *p,
-                                               float *M, float *L, float (*O)[4 * NE], pair_x *x, int T, int h) {
+                                               float *M, float *L, float (*O)[8 * NE / K], tile_x *x, int T, int q) {
     const int lane = threadIdx.x & 31, hd = a.head_dim;
 #pragma unroll
-    for (int jj = 0; jj < 4; jj++) {
+    for (int jj = 0; jj < 8 / K; jj++) {
+        const int j = 8 / K * q + jj;
         float t[4];
-        score_tile<NE>(qa, qa8, f, hd, 4 * h + jj, t);
-        x->s[0][4 * h + jj][lane] = make_float2(t[0], t[1]), x->s[1][4 * h + jj][lane] = make_float2(t[2], t[3]);
+        score_tile<NE>(qa, qa8, f, hd, j, t);
+        x->s[0][j][lane] = make_float2(t[0], t[1]), x->s[1][j][lane] = make_float2(t[2], t[3]);
     }
-    pair_sync(T);
-    {
-        float v[8][2];
-        uint32_t q[8];
+    tile_sync<K>(T);
+    if (q < 2) {
+        float v[8][2], m, l;
+        uint32_t pr[8];
         int sn;
-        float m, l;
 #pragma unroll
-        for (int j = 0; j < 8; j++) v[j][0] = x->s[h][j][lane].x, v[j][1] = x->s[h][j][lane].y;
-        row_softmax(a, v, vis_mask(a, hm, j0, p[h]) >> (2 * (lane & 3)), sn, m, l, q);
+        for (int j = 0; j < 8; j++) v[j][0] = x->s[q][j][lane].x, v[j][1] = x->s[q][j][lane].y;
+        row_softmax(a, v, vis_mask(a, hm, j0, p[q]) >> (2 * (lane & 3)), sn, m, l, pr);
 #pragma unroll
-        for (int j = 0; j < 8; j++) x->pp[h][j][lane] = q[j];
-        x->ml[h][lane] = make_float2(m, l); /* m = -inf: unseen */
+        for (int j = 0; j < 8; j++) x->pp[q][j][lane] = pr[j];
+        x->ml[q][lane] = make_float2(m, l); /* m = -inf: unseen */
     }
-    pair_sync(T);
+    tile_sync<K>(T);
     uint32_t pp[8][2];
     int seen[2];
     float2 ab[2];
@@ -631,7 +632,7 @@ __device__ __forceinline__ void split_mma_pair(const gp_cu_attn &a, const uint4 
         seen[r] = ml.x != -INFINITY;
         if (seen[r]) ab[r] = fold_step(M[r], L[r], ml.x, ml.y);
     }
-    if (__any_sync(0xffffffffu, seen[0] || seen[1])) pv_tiles<2 * NE, true>(pp, f, hd, h, 2, O, ab, seen);
+    if (__any_sync(0xffffffffu, seen[0] || seen[1])) pv_tiles<4 * NE / K, true>(pp, f, hd, q, K, O, ab, seen);
 }
 
 /* out [hd] of row r's (query, head) from this lane's elements of tiles nt0 + step i (pv_tiles' columns). */
@@ -704,18 +705,18 @@ __device__ __forceinline__ void split_to_bf16(const float *ks, const float *vs, 
 }
 
 /* Shared memory of attn_mma_chunk_kernel with w row tiles: the float32 keys and values [SPLIT][ld] each, their bf16
- * copy [SPLIT][hd + 32] and value columns [hd][VT_LD] words, a pair_x per row tile. */
+ * copy [SPLIT][hd + 32] and value columns [hd][VT_LD] words, a tile_x per row tile. */
 static size_t mma_chunk_smem(int32_t hd, int32_t w) {
     return (size_t)2 * SPLIT * (hd + 4) * sizeof(float) + (size_t)SPLIT * (hd + 32) * 2 + (size_t)hd * VT_LD * 4 +
-           (size_t)w * sizeof(pair_x);
+           (size_t)w * sizeof(tile_x);
 }
 
-/* A chunk of queries on tensor cores: grid (kv heads, query tiles), blockDim.x / 64 row tiles of 16 rows, each a warp
- * pair's (split_mma_pair), a tile qt queries x the G heads of kv head kvh (row i: query t0 + i / G, head kvh G +
+/* A chunk of queries on tensor cores: grid (kv heads, query tiles), blockDim.x / 32 K row tiles of 16 rows, each K
+ * warps' (split_mma_tile), a tile qt queries x the G heads of kv head kvh (row i: query t0 + i / G, head kvh G +
  * i % G); the splits as attn_chunk_kernel takes and folds them, each copied by cp.async while the one before is
  * computed, then to bf16. */
-template <int NE>
-__global__ void __launch_bounds__(64 * MMA_W_MAX) attn_mma_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
+template <int NE, int K>
+__global__ void __launch_bounds__(32 * MMA_WARPS) attn_mma_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
     pdl_enter();
     extern __shared__ float smem[];
     __shared__ attn_desc_sm d;
@@ -726,8 +727,8 @@ __global__ void __launch_bounds__(64 * MMA_W_MAX) attn_mma_chunk_kernel(gp_cu_at
     float *ks = smem, *vs = ks + SPLIT * pl.ld;
     uint16_t *kb = (uint16_t *)(vs + SPLIT * pl.ld);
     uint32_t *vt = (uint32_t *)(kb + SPLIT * ldk);
-    const int T = threadIdx.x >> 6, half = (threadIdx.x >> 5) & 1;
-    pair_x *x = (pair_x *)(vt + hd * VT_LD) + T;
+    const int T = threadIdx.x / (32 * K), q = (threadIdx.x >> 5) % K;
+    tile_x *x = (tile_x *)(vt + hd * VT_LD) + T;
     const frags_bf16 f{kb, vt, ldk, hd};
     desc_to_smem(a, pl, NULL, &d);
     int32_t t[2], h[2], p[2];
@@ -745,9 +746,9 @@ __global__ void __launch_bounds__(64 * MMA_W_MAX) attn_mma_chunk_kernel(gp_cu_at
     const int32_t lo_pos = a.window > 0 && pf - a.window + 1 > pl.first ? pf - a.window + 1 : pl.first;
     const int32_t s_lo = lo_pos / SPLIT, s_hi = pl_last / SPLIT;
     const int32_t npin = a.window > 0 && a.pinned > 0 ? min((a.pinned + SPLIT - 1) / SPLIT, s_lo) : 0;
-    float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, O[2][4 * NE];
+    float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, O[2][8 * NE / K];
 #pragma unroll
-    for (int k = 0; k < 4 * NE; k++) O[0][k] = O[1][k] = 0.0f;
+    for (int k = 0; k < 8 * NE / K; k++) O[0][k] = O[1][k] = 0.0f;
     const int32_t nb = npin + s_hi - s_lo + 1;
     __syncthreads(); /* the descriptor is in place */
     stage_async(a, &d, npin > 0 ? 0 : s_lo, kvh, pl.ld, ks, vs, held);
@@ -759,13 +760,13 @@ __global__ void __launch_bounds__(64 * MMA_W_MAX) attn_mma_chunk_kernel(gp_cu_at
         __syncthreads(); /* the copy is complete and the float32 buffer free: split b + 1 goes in while b runs */
         if (b + 1 < nb) stage_async(a, &d, sn, kvh, pl.ld, ks, vs, held);
         const int32_t ps[2] = {p[0] >= s * SPLIT ? p[0] : -1, p[1] >= s * SPLIT ? p[1] : -1};
-        if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) /* (the same for both warps of a pair) */
-            split_mma_pair<NE>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O, x, T, half);
+        if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) /* (the same for a row tile's K warps) */
+            split_mma_tile<NE, K>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O, x, T, q);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++)
         if (p[r] >= 0)
-            finish_frag<2 * NE>(a.out + ((size_t)t[r] * a.n_heads + h[r]) * hd, hd, L[r], O[r], pl.bf, half, 2);
+            finish_frag<4 * NE / K>(a.out + ((size_t)t[r] * a.n_heads + h[r]) * hd, hd, L[r], O[r], pl.bf, q, K);
 }
 
 /* After this block's partials are written to part: the last block of kv head kvh to finish (a ticket: which block
@@ -1051,8 +1052,9 @@ static const attn_kernel split_kernels[3][3] = {
 
 extern "C" int gp_cu_attn_prepare(void) {
     const void *ks[] = {(const void *)attn_chunk_kernel<4, 2>, (const void *)attn_chunk_kernel<4, 4>,
-                        (const void *)attn_chunk_kernel<2, 8>, (const void *)attn_mma_chunk_kernel<2>,
-                        (const void *)attn_mma_chunk_kernel<4>};
+                        (const void *)attn_chunk_kernel<2, 8>, (const void *)attn_mma_chunk_kernel<2, 2>,
+                        (const void *)attn_mma_chunk_kernel<4, 2>, (const void *)attn_mma_chunk_kernel<2, 4>,
+                        (const void *)attn_mma_chunk_kernel<4, 4>};
     cudaError_t e = cudaSuccess;
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
@@ -1113,14 +1115,19 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
 static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t tiles) {
     if (pl.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
     const int32_t hd = a->head_dim;
-    if (attn_mma(a, &pl)) { /* warps of 16 rows: 8 a block when that fills the GPU, else 4 (the same bits) */
+    if (attn_mma(a, &pl)) {
+        /* row tiles of K warps (4 for heads over 64, measured; GP_CU_ATTN_K=2|4 forces it), 16 warps a block when
+         * that fills the GPU, else 8: the same bits */
         static const int64_t sms = gp_cu_sm_count();
-        const int32_t q8 = 16 * MMA_W_MAX / pl.G, w = (int64_t)a->n_kv * ((a->n + q8 - 1) / q8) >= sms ? 8 : 4;
+        static const int force = getenv("GP_CU_ATTN_K") ? atoi(getenv("GP_CU_ATTN_K")) : 0;
+        const int K = force == 2 || force == 4 ? force : hd > 64 ? 4 : 2;
+        const int32_t q16 = 16 * MMA_WARPS / K / pl.G;
+        const int32_t w = (int64_t)a->n_kv * ((a->n + q16 - 1) / q16) >= sms ? MMA_WARPS / K : MMA_WARPS / K / 2;
         const int32_t qt = 16 * w / pl.G;
-        const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(64 * w);
+        const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * K * w);
         const size_t sh = mma_chunk_smem(hd, w);
-        if (hd <= 64) launch(attn_mma_chunk_kernel<2>, grid, blk, sh, d, *a, pl, qt);
-        else launch(attn_mma_chunk_kernel<4>, grid, blk, sh, d, *a, pl, qt);
+        if (K == 2) launch(hd <= 64 ? attn_mma_chunk_kernel<2, 2> : attn_mma_chunk_kernel<4, 2>, grid, blk, sh, d, *a, pl, qt);
+        else launch(hd <= 64 ? attn_mma_chunk_kernel<2, 4> : attn_mma_chunk_kernel<4, 4>, grid, blk, sh, d, *a, pl, qt);
         return (int)cudaGetLastError();
     }
     /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
