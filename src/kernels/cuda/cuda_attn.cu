@@ -500,9 +500,10 @@ __device__ __forceinline__ uint64_t vis_mask(const gp_cu_attn &a, uint64_t hm, i
     return hm & bits_below(p - j0 + 1) & (~bits_below(lo - j0) | bits_below(pin - j0));
 }
 
-/* One row's softmax over the split's scores v[j][e] (keys 8 j + 2 c + e; those whose bit of vm, vis_mask's shifted by
- * 2 c, is clear set to -inf first): seen, m (the max, scaled), l (the sum of the float32 exponentials: the lane's 16
- * in order, then the quad's butterfly) and pp[j], the bf16 probabilities of keys 8 j + 2 c, + 1 (zeros where unseen). */
+/* One row's softmax over the split's scores v[j][e] (keys 8 j + 2 c + e; those whose bit of vm, vis_mask's shifted
+ * by 2 c, is clear set to -inf first): seen, m (the max, scaled), l (the sum of the float32 exponentials: the lane's
+ * 16 in order, then the quad's butterfly) and pp[j], the bf16 probabilities of keys 8 j + 2 c, + 1 (zeros where
+ * unseen). */
 __device__ __forceinline__ void row_softmax(const gp_cu_attn &a, float (&v)[8][2], uint64_t vm, int &seen, float &m,
                                             float &l, uint32_t (&pp)[8]) {
     const float sl2 = a.scale * 1.4426950408889634f;
@@ -590,7 +591,9 @@ struct tile_x {
 
 /* The barrier of row tile T's K warps (named barrier 1 + T). */
 template <int K>
-__device__ __forceinline__ void tile_sync(int T) { asm volatile("bar.sync %0, %1;" ::"r"(T + 1), "n"(32 * K) : "memory"); }
+__device__ __forceinline__ void tile_sync(int T) {
+    asm volatile("bar.sync %0, %1;" ::"r"(T + 1), "n"(32 * K) : "memory");
+}
 
 /* One split for a row tile's 16 rows (rows g, g + 8 of this lane: positions p[r], -1 for none) by its K warps, member
  * q of them: the scores of key tiles (8 / K) q .., the softmax of row q (g or g + 8 of each lane; none for q >= 2),
@@ -1069,8 +1072,9 @@ extern "C" int gp_cu_attn_prepare(void) {
     return (int)e;
 }
 
-/* Whether a call runs on tensor cores (decode_mma, attn_mma_chunk_kernel): the bf16 mode's flash path over float32 cache rows, head_dim a
- * multiple of 8 up to 128, at most 16 heads a kv head.  It depends on the model and the cache alone. */
+/* Whether a call runs on tensor cores (decode_mma, attn_mma_chunk_kernel): the bf16 mode's flash path over
+ * float32 cache rows, head_dim a multiple of 8 up to 128, at most 16 heads a kv head.  It depends on the model and
+ * the cache alone. */
 static int attn_mma(const gp_cu_attn *a, const attn_plan *pl) {
     return pl->bf && a->softcap <= 0 && a->k[0].bits == 0 && a->head_dim % 8 == 0 && a->head_dim <= 128 &&
            pl->G <= 16;
@@ -1126,8 +1130,9 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
         const int32_t qt = 16 * w / pl.G;
         const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * K * w);
         const size_t sh = mma_chunk_smem(hd, w);
-        if (K == 2) launch(hd <= 64 ? attn_mma_chunk_kernel<2, 2> : attn_mma_chunk_kernel<4, 2>, grid, blk, sh, d, *a, pl, qt);
-        else launch(hd <= 64 ? attn_mma_chunk_kernel<2, 4> : attn_mma_chunk_kernel<4, 4>, grid, blk, sh, d, *a, pl, qt);
+        auto k2 = hd <= 64 ? attn_mma_chunk_kernel<2, 2> : attn_mma_chunk_kernel<4, 2>;
+        auto k4 = hd <= 64 ? attn_mma_chunk_kernel<2, 4> : attn_mma_chunk_kernel<4, 4>;
+        launch(K == 2 ? k2 : k4, grid, blk, sh, d, *a, pl, qt);
         return (int)cudaGetLastError();
     }
     /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
