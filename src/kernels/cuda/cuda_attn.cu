@@ -98,6 +98,28 @@ __device__ __forceinline__ void desc_to_smem(const gp_cu_attn &a, const attn_pla
  * of position skip, held, is left for the caller to store).  Each thread issues STAGE_BATCH vectors' loads before
  * storing any (one at a time, their latency was most of a decode split): 8 in decode's blocks of up to 8 warps, 2
  * in a chunk's 16.  ZERO: the rows not held are zeros (the tensor-core path multiplies every row). */
+/* The descriptor run holding position j (the last one that does), or -1 when it is not held. */
+__device__ __forceinline__ int seg_of(const attn_desc_sm *d, int32_t j) {
+    int sg = -1;
+    for (int k = 0; k < d->n_seg; k++)
+        if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
+    return sg;
+}
+
+/* A chunk tile's splits (queries t0 .. t0 + qt - 1): the pinned ones [0, npin), then [lo, hi] from its first query's
+ * window start (or the first held position) to its last query's position; split(b) is the b-th of them. */
+struct tile_splits {
+    int32_t lo, hi, npin;
+    __device__ __forceinline__ tile_splits(const gp_cu_attn &a, const attn_plan &pl, int32_t t0, int32_t qt) {
+        const int32_t pf = a.pos0 + t0, p_last = min(a.pos0 + a.n - 1, pf + qt - 1);
+        const int32_t lo_pos = a.window > 0 && pf - a.window + 1 > pl.first ? pf - a.window + 1 : pl.first;
+        lo = lo_pos / SPLIT, hi = p_last / SPLIT;
+        npin = a.window > 0 && a.pinned > 0 ? min((a.pinned + SPLIT - 1) / SPLIT, lo) : 0;
+    }
+    __device__ __forceinline__ int32_t count() const { return npin + hi - lo + 1; }
+    __device__ __forceinline__ int32_t split(int32_t b) const { return b < npin ? b : lo + (b - npin); }
+};
+
 /* Vector idx = i nv + f of a split's rows walked by a block without divisions in the loop: (i, f) of this thread's
  * first vector, and step() to the vector blockDim.x further. */
 struct row_walk {
@@ -124,9 +146,7 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
             const int i = w.i, f = w.f;
             at[u] = i < SPLIT ? i * ld + 4 * f : -1;
             const int32_t j = j0 + i;
-            int sg = -1;
-            for (int k = 0; i < SPLIT && k < d->n_seg; k++)
-                if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
+            const int sg = i < SPLIT ? seg_of(d, j) : -1;
             if (i < SPLIT && f == 0) held[i] = sg >= 0;
             in[u] = sg >= 0 && j != skip;
             /* ZERO (the tensor-core path, whose products take every row): zeros for the rows not held */
@@ -672,9 +692,7 @@ __device__ void stage_async(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
     for (row_walk w(a.head_dim / 4); w.i < SPLIT; w.step()) {
         const int i = w.i, f = w.f;
         const int32_t j = j0 + i;
-        int sg = -1;
-        for (int k = 0; k < d->n_seg; k++)
-            if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
+        const int sg = seg_of(d, j);
         if (f == 0) held[i] = sg >= 0;
         const float *kp = a.q, *vp = a.q; /* (mapped addresses for the zero fills) */
         if (sg >= 0) {
@@ -745,23 +763,19 @@ __global__ void __launch_bounds__(32 * MMA_WARPS) attn_mma_chunk_kernel(gp_cu_at
     }
     uint4 qa[NE], qa8[NE];
     q_frags<NE>(qr[0], qr[1], hd, qa, qa8);
-    const int32_t pf = a.pos0 + t0, pl_last = min(a.pos0 + a.n - 1, pf + qt - 1);
-    const int32_t lo_pos = a.window > 0 && pf - a.window + 1 > pl.first ? pf - a.window + 1 : pl.first;
-    const int32_t s_lo = lo_pos / SPLIT, s_hi = pl_last / SPLIT;
-    const int32_t npin = a.window > 0 && a.pinned > 0 ? min((a.pinned + SPLIT - 1) / SPLIT, s_lo) : 0;
+    const tile_splits sp(a, pl, t0, qt);
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, O[2][8 * NE / K];
 #pragma unroll
     for (int k = 0; k < 8 * NE / K; k++) O[0][k] = O[1][k] = 0.0f;
-    const int32_t nb = npin + s_hi - s_lo + 1;
     __syncthreads(); /* the descriptor is in place */
-    stage_async(a, &d, npin > 0 ? 0 : s_lo, kvh, pl.ld, ks, vs, held);
-    for (int32_t b = 0; b < nb; b++) {
-        const int32_t s = b < npin ? b : s_lo + (b - npin), sn = b + 1 < npin ? b + 1 : s_lo + (b + 1 - npin);
+    stage_async(a, &d, sp.split(0), kvh, pl.ld, ks, vs, held);
+    for (int32_t b = 0; b < sp.count(); b++) {
+        const int32_t s = sp.split(b);
         cp_wait<0>();
         __syncthreads(); /* split b landed; the bf16 copy's readers of split b - 1 are done */
         split_to_bf16(ks, vs, pl.ld, hd, kb, ldk, vt, held, &hm);
         __syncthreads(); /* the copy is complete and the float32 buffer free: split b + 1 goes in while b runs */
-        if (b + 1 < nb) stage_async(a, &d, sn, kvh, pl.ld, ks, vs, held);
+        if (b + 1 < sp.count()) stage_async(a, &d, sp.split(b + 1), kvh, pl.ld, ks, vs, held);
         const int32_t ps[2] = {p[0] >= s * SPLIT ? p[0] : -1, p[1] >= s * SPLIT ? p[1] : -1};
         if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) /* (the same for a row tile's K warps) */
             split_mma_tile<NE, K>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O, x, T, q);
@@ -968,12 +982,7 @@ __global__ void __launch_bounds__(512) attn_chunk_kernel(gp_cu_attn a, attn_plan
         for (int e = threadIdx.x & 31; e < hd && p[q] >= 0; e += 32)
             qsm[i * hd + e] = a.q[((size_t)t[q] * a.n_heads + h[q]) * hd + e];
     }
-    /* this tile's splits: the pinned ones, then those from its first query's window (or the first held position)
-     * to its last query's position */
-    const int32_t pf = a.pos0 + t0, pl_last = min(a.pos0 + a.n - 1, pf + qt - 1);
-    const int32_t lo_pos = a.window > 0 && pf - a.window + 1 > pl.first ? pf - a.window + 1 : pl.first;
-    const int32_t s_lo = lo_pos / SPLIT, s_hi = pl_last / SPLIT;
-    const int32_t npin = a.window > 0 && a.pinned > 0 ? min((a.pinned + SPLIT - 1) / SPLIT, s_lo) : 0;
+    const tile_splits sp(a, pl, t0, qt);
     float M[Q], L[Q], O[Q][NE], acc[Q][NE], m[Q], l[Q];
     int seen[Q];
 #pragma unroll
@@ -982,8 +991,8 @@ __global__ void __launch_bounds__(512) attn_chunk_kernel(gp_cu_attn a, attn_plan
 #pragma unroll
         for (int k = 0; k < NE; k++) O[q][k] = 0.0f;
     }
-    for (int32_t b = 0; b < npin + s_hi - s_lo + 1; b++) {
-        const int32_t s = b < npin ? b : s_lo + (b - npin);
+    for (int32_t b = 0; b < sp.count(); b++) {
+        const int32_t s = sp.split(b);
         __syncthreads(); /* the previous split's readers are done (and the descriptor and queries are in place) */
         stage_split<2>(a, &d, s, kvh, pl.ld, ks, vs, held);
         __syncthreads();
