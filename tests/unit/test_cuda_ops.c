@@ -167,8 +167,7 @@ static double linear_case(gp_wfmt f, int bits, int group, int64_t R, int64_t K, 
         h.lora = lo, h.n_lora = 2;
     }
     float *x = rand_f32((size_t)N * K, 3, 2.0f);
-    if (compute == GP_COMPUTE_BF16)
-        for (size_t i = 0; i < (size_t)N * K; i++) x[i] = gp_bf16_to_f32(gp_f32_to_bf16(x[i]));
+    if (compute == GP_COMPUTE_BF16) bf16_round(x, (size_t)N * K);
     float *ref = run_linear(0, compute, &h, x, N), *y = run_linear(1, compute, &h, x, N);
     const double e = max_rel(y, ref, (size_t)N * R);
     *chunk_ok = 1;
@@ -234,9 +233,7 @@ static ew_out run_elementwise(int b, int32_t compute) {
     gp_ws *ws = mk_ws(be, compute, N, 1, HD, NH, 0);
     ew_out o = {0};
     float *x = rand_f32((size_t)N * D, 1, 4.0f), *u = rand_f32((size_t)N * D, 2, 4.0f);
-    if (compute == GP_COMPUTE_BF16)
-        for (size_t i = 0; i < (size_t)N * D; i++)
-            x[i] = gp_bf16_to_f32(gp_f32_to_bf16(x[i])), u[i] = gp_bf16_to_f32(gp_f32_to_bf16(u[i]));
+    if (compute == GP_COMPUTE_BF16) bf16_round(x, (size_t)N * D), bf16_round(u, (size_t)N * D);
     gp_wt hw = host_wt(GP_WFMT_BF16, 1, D, 0, 0, 3), hn = host_wt(GP_WFMT_BF16, 1, HD, 0, 0, 4), w, nw;
     gp_wt ht = host_wt(GP_WFMT_BF16, V, D, 0, 0, 5), hq = host_wt(GP_WFMT_QAFFINE, V, D, 4, 64, 6), t, tq;
     be->ops->bind_weight(be, &hw, &w), be->ops->bind_weight(be, &hn, &nw);
@@ -479,7 +476,7 @@ TEST(cuda_backend_bf16_mode_matches_the_cpu_bf16_mode) {
                 h.lora = lo, h.n_lora = 1;
             }
             float *x = rand_f32((size_t)N * K, 35, 2.0f);
-            for (size_t i = 0; i < (size_t)N * K; i++) x[i] = gp_bf16_to_f32(gp_f32_to_bf16(x[i]));
+            bf16_round(x, (size_t)N * K);
             float *c = run_linear(0, GP_COMPUTE_BF16, &h, x, N), *g = run_linear(1, GP_COMPUTE_BF16, &h, x, N);
             acc_err = fmax(acc_err, mma_err(&h, x, N, g, c));
             for (int32_t t = 0; t < N; t += 17) {

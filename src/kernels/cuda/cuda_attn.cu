@@ -94,10 +94,6 @@ __device__ __forceinline__ void desc_to_smem(const gp_cu_attn &a, const attn_pla
     if (threadIdx.x == 32) d->rows[0] = a.k[0], d->rows[1] = a.k[1], d->rows[2] = a.v[0], d->rows[3] = a.v[1];
 }
 
-/* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held (the row
- * of position skip, held, is left for the caller to store).  Each thread issues STAGE_BATCH vectors' loads before
- * storing any (one at a time, their latency was most of a decode split): 8 in decode's blocks of up to 8 warps, 2
- * in a chunk's 16.  ZERO: the rows not held are zeros (the tensor-core path multiplies every row). */
 /* The descriptor run holding position j (the last one that does), or -1 when it is not held. */
 __device__ __forceinline__ int seg_of(const attn_desc_sm *d, int32_t j) {
     int sg = -1;
@@ -133,6 +129,10 @@ struct row_walk {
     }
 };
 
+/* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held (the row
+ * of position skip, held, is left for the caller to store).  Each thread issues STAGE_BATCH vectors' loads before
+ * storing any (one at a time, their latency was most of a decode split): 8 in decode's blocks of up to 8 warps, 2
+ * in a chunk's 16.  ZERO: the rows not held are zeros (the tensor-core path multiplies every row). */
 template <int STAGE_BATCH, bool ZERO = false>
 __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld,
                             float *ks, float *vs, uint8_t *held, int32_t skip = -1) {
@@ -442,18 +442,19 @@ __device__ __forceinline__ void put_part(float *p, int seen, float m, float l, c
  * alone (an mma output element on its row and column), so one query gives the bits it has in any tile. */
 #define MMA_WARPS 16 /* warps of a chunk block at most (row tiles of 16 rows x K warps each) */
 
+/* This lane's 8 elements [32 ch + 8 c, + 8) of float32 row r (of hd) as x8 packs them; zeros past hd or for no row. */
+__device__ __forceinline__ uint4 row_frag(const float *r, int ch, int hd) {
+    const int k = 32 * ch + 8 * (threadIdx.x & 3);
+    if (!r || k >= hd) return make_uint4(0, 0, 0, 0);
+    return pack8(*(const float4 *)(r + k), *(const float4 *)(r + k + 4));
+}
+
 /* The fragments of rows g (q0) and g + 8 (q8) for the score product: 8 elements [32 ch + 8 c, + 8) of each as
  * cuda_mma.cu's x8 packs them; zeros past hd or for an absent row (NULL). */
 template <int NE>
 __device__ __forceinline__ void q_frags(const float *q0, const float *q8, int hd, uint4 (&qa)[NE], uint4 (&qa8)[NE]) {
-    const int c = threadIdx.x & 3;
-    const uint4 z = make_uint4(0, 0, 0, 0);
 #pragma unroll
-    for (int ch = 0; ch < NE; ch++) {
-        const int k = 32 * ch + 8 * c;
-        qa[ch] = q0 && k < hd ? pack8(*(const float4 *)(q0 + k), *(const float4 *)(q0 + k + 4)) : z;
-        qa8[ch] = q8 && k < hd ? pack8(*(const float4 *)(q8 + k), *(const float4 *)(q8 + k + 4)) : z;
-    }
+    for (int ch = 0; ch < NE; ch++) qa[ch] = row_frag(q0, ch, hd), qa8[ch] = row_frag(q8, ch, hd);
 }
 
 /* The warp's bitmask of the split's held keys. */
@@ -471,12 +472,7 @@ __device__ __forceinline__ uint64_t held_mask(const uint8_t *held) {
 struct frags_f32 {
     const float *ks, *vs;
     int32_t ld, hd;
-    __device__ __forceinline__ uint4 kfrag(int i, int ch) const {
-        const int k = 32 * ch + 8 * (threadIdx.x & 3);
-        if (k >= hd) return make_uint4(0, 0, 0, 0);
-        const float *r = ks + i * ld + k;
-        return pack8(*(const float4 *)r, *(const float4 *)(r + 4));
-    }
+    __device__ __forceinline__ uint4 kfrag(int i, int ch) const { return row_frag(ks + i * ld, ch, hd); }
     __device__ __forceinline__ uint2 vfrag(int col, int k) const {
         const float *v = vs + k * ld + col;
         return make_uint2(pack2(v[0], v[ld]), pack2(v[8 * ld], v[9 * ld]));
