@@ -648,12 +648,14 @@ TEST(backend_ops_composite_ops_give_their_parts_bits) {
         gp_backend *be = open_backend(b);
         if (!be) continue;
         int bad = 0;
+        /* 37: a device's prefill kernels; 300: three tiles of 128 tokens */
+        const int32_t ns[] = {1, 5, 37, 300};
         for (int32_t mode = 0; mode < 2; mode++)
-            for (int32_t n = 1; n <= 37; n += n == 1 ? 4 : 32) /* 37: a device's prefill kernels */
+            for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
                 for (int32_t E = 48; E <= 1024; E += 976) /* 1024: wide enough for a fused norm */
-                    bad += composite_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, n, E);
-        NOTE("%s: linears / linear_glu [after a norm] / linear_add / rope_qk vs their parts (f32 and bf16 modes, 1, 5 "
-             "and 37 tokens, 48 and 1024 features): %d outputs differ (want 0)", BACKENDS[b].name, bad);
+                    bad += composite_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, ns[i], E);
+        NOTE("%s: linears / linear_glu [after a norm] / linear_add / rope_qk vs their parts (f32 and bf16 modes, 1, 5, "
+             "37 and 300 tokens, 48 and 1024 features): %d outputs differ (want 0)", BACKENDS[b].name, bad);
         CHECK_EQ_INT(bad, 0);
         gp_backend_free(be);
     }

@@ -288,10 +288,12 @@ static void cu_linears(gp_ws *ws, int32_t m, float *const *ys, const float *x, c
     const int mode = plain ? linear_mode(ws, Ls[0]) : 0, one = plain && n == 1;
     int (*const fused)(gp_cu *, int32_t, float *const *, const float *, const gp_cu_norm *, const gp_cu_wt *,
                        const gp_cu_wt *, int) = (mode & GP_CU_MMA) ? gp_cu_matmul_mma_multi : gp_cu_matmul_multi;
+    const int chunk = plain && n > 1 && (mode & GP_CU_MMA); /* one GEMM on tensor cores, the norm in its input copy */
     if (one && !fused(ws_of(ws)->d, m, ys, x, cnorm(pn, &nb), W, B, mode)) return;
+    if (chunk && pn && !gp_cu_matmul_mma_parts(ws_of(ws)->d, m, ys, x, cnorm(pn, &nb), W, B, n, mode)) return;
     x = cu_prenorm(ws, x, pn, n, Ls[0]->w.cols);
     if (one && pn && !fused(ws_of(ws)->d, m, ys, x, NULL, W, B, mode)) return;
-    if (plain && n > 1 && (mode & GP_CU_MMA) && !gp_cu_matmul_mma_parts(ws_of(ws)->d, m, ys, x, W, B, n, mode)) return;
+    if (chunk && !gp_cu_matmul_mma_parts(ws_of(ws)->d, m, ys, x, NULL, W, B, n, mode)) return;
     for (int32_t i = 0; i < m; i++) cu_linear(ws, ys[i], x, Ls[i], n);
 }
 
@@ -310,12 +312,13 @@ static void cu_linear_glu(gp_ws *ws, float *y, float *tmp, const float *x, const
     int (*const fused)(gp_cu *, float *, const float *, const gp_cu_norm *, const gp_cu_wt *, const gp_cu_wt *,
                        const gp_cu_wt *, const gp_cu_wt *, int32_t, int) =
         (mode & GP_CU_MMA) ? gp_cu_matmul_mma_glu : gp_cu_matmul_glu;
+    const int chunk = n > 1 && !gate->n_lora && !up->n_lora && (mode & GP_CU_MMA); /* as cu_linears' */
     if (plain && !fused(ws_of(ws)->d, y, x, cnorm(pn, &nb), &g, &bg, &u, &bu, a, mode)) return;
+    if (chunk && pn && !gp_cu_matmul_mma_glu_chunk(ws_of(ws)->d, y, x, cnorm(pn, &nb), &g, &bg, &u, &bu, n, a, mode))
+        return;
     x = cu_prenorm(ws, x, pn, n, gate->w.cols);
     if (plain && pn && !fused(ws_of(ws)->d, y, x, NULL, &g, &bg, &u, &bu, a, mode)) return;
-    if (n > 1 && !gate->n_lora && !up->n_lora && (mode & GP_CU_MMA) &&
-        !gp_cu_matmul_mma_glu_chunk(ws_of(ws)->d, y, x, &g, &bg, &u, &bu, n, a, mode))
-        return;
+    if (chunk && !gp_cu_matmul_mma_glu_chunk(ws_of(ws)->d, y, x, NULL, &g, &bg, &u, &bu, n, a, mode)) return;
     cu_linear(ws, y, x, gate, n);
     cu_linear(ws, tmp, x, up, n);
     cu_glu(ws, y, tmp, (int64_t)n * gate->w.rows, act);

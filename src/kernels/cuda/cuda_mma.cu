@@ -580,20 +580,40 @@ __global__ void GEMM_BOUNDS(BM)
  * k = 2c + {0, 1} (columns 8c + 4h + {0, 1}) and 2c + 8 + {0, 1} (8c + 4h + {2, 3}). */
 __host__ __device__ __forceinline__ int64_t xb_cols(int64_t cols) { return (cols + 31) / 32 * 32; }
 
+/* 16-byte unit u of a token row xr [cols] in that layout */
+__device__ __forceinline__ uint4 xb_unit(const float *xr, int64_t cols, int64_t u) {
+    const int64_t q = u & 3, k0 = (u >> 2) * 32 + 4 * (q >> 1) + 2 * (q & 1);
+    uint32_t w[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int64_t k = k0 + 8 * c;
+        const float2 v = k < cols ? *(const float2 *)(xr + k) : make_float2(0.0f, 0.0f);
+        w[c] = pack2(v.x, v.y);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 __global__ void to_bf16_wg_kernel(uint4 *__restrict__ xb, const float *__restrict__ x, int64_t cols, int64_t n16) {
     pdl_enter();
     const int64_t rq = xb_cols(cols) / 8; /* 16-byte rows per token */
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / rq, u = i % rq, q = u & 3, k0 = (u >> 2) * 32 + 4 * (q >> 1) + 2 * (q & 1);
-        const float *xr = x + t * cols;
-        uint32_t w[4];
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int64_t k = k0 + 8 * c;
-            const float2 v = k < cols ? *(const float2 *)(xr + k) : make_float2(0.0f, 0.0f);
-            w[c] = pack2(v.x, v.y);
-        }
-        xb[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (int64_t)gridDim.x * blockDim.x)
+        xb[i] = xb_unit(x + i / rq * cols, cols, i % rq);
+}
+
+/* A chunk's RMSNorm straight into the GEMM's operand copy (the bits of gp_cu_rmsnorm, then to_bf16_kernel's or, WG,
+ * to_bf16_wg_kernel's copy): a block of rms_threads(cols) threads a token, normalized into shared memory [cols]. */
+template <bool WG>
+__global__ void rmsnorm_xb_kernel(uint4 *__restrict__ xb, const float *__restrict__ x, norm_args nm, int32_t cols) {
+    pdl_enter();
+    extern __shared__ float xs[];
+    __shared__ float sh[32];
+    const float *xr = x + (size_t)blockIdx.x * cols;
+    rms_apply(xs, xr, rms_inv(xr, cols, nm.eps, sh, nm.bf), nm.w, nm.dt, cols, nm.plus_one, nm.bf);
+    __syncthreads();
+    const int64_t rq = WG ? xb_cols(cols) / 8 : cols / 8;
+    for (int64_t u = threadIdx.x; u < rq; u += blockDim.x) {
+        const float4 *v = (const float4 *)(xs + 8 * u);
+        xb[blockIdx.x * rq + u] = WG ? xb_unit(xs, cols, u) : pack8(v[0], v[1]);
     }
 }
 
@@ -1083,10 +1103,27 @@ extern "C" size_t gp_cu_gemm_scratch_bytes(int64_t max_tokens, int64_t max_cols)
     return copy + (need < split ? need : split);
 }
 
+/* The GEMM's operand copy xb of x [n, cols] (WG: wgmma's layout), of its RMSNorm by nm when given. */
+static void launch_copy(gp_cu *d, uint16_t *xb, const float *x, const gp_cu_norm *nm, int64_t cols, int32_t n,
+                        bool wg) {
+    if (nm) {
+        const norm_args na = {nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, gp_cu_bf16(d)};
+        const size_t sh = (size_t)cols * 4;
+        launch(wg ? rmsnorm_xb_kernel<true> : rmsnorm_xb_kernel<false>, dim3((unsigned)n),
+               dim3(rms_threads((int32_t)cols)), sh, d, (uint4 *)xb, x, na, (int32_t)cols);
+        return;
+    }
+    const int64_t units = (int64_t)n * (wg ? xb_cols(cols) : cols) / 8, cvb = (units + 255) / 256;
+    const dim3 grid((unsigned)(cvb < 1024 ? cvb : 1024));
+    if (wg) launch(to_bf16_wg_kernel, grid, dim3(256), 0, d, (uint4 *)xb, x, cols, units);
+    else launch(to_bf16_kernel, grid, dim3(256), 0, d, (uint4 *)xb, (const float4 *)x, units);
+}
+
 /* The pipelined GEMM of the parts (bf16 weights of x's column count, rows stacked; with act >= 0 the gate and the up
- * of a GLU, y = act(gate) * up) when d's scratch holds the input's bf16 copy; else 0 (nothing launched). */
-static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t cols, int32_t n, int mode, float alpha,
-                       int act = -1) {
+ * of a GLU, y = act(gate) * up) of x or its RMSNorm by nm, when d's scratch holds the input's bf16 copy and nm fits a
+ * block's shared memory (and its weight is dense); else 0 (nothing launched). */
+static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu_norm *nm, int64_t cols, int32_t n,
+                       int mode, float alpha, int act = -1) {
     size_t cap = 0;
     uint16_t *xb = (uint16_t *)gp_cu_scratch(d, &cap);
     const bool glu = act >= 0;
@@ -1095,17 +1132,16 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
     const int64_t tile_rows = glu ? 64 : 128, row_tiles = (rows + tile_rows - 1) / tile_rows;
     const size_t copy = ((size_t)n * (size_t)xb_cols(cols) * 2 + 255) / 256 * 256; /* either copy fits this */
     if (!xb || copy > cap || row_tiles > 65535) return 0;
+    if (nm && (cols > 8192 || nm->w.dtype == GP_CU_QAFFINE || !nm->w.data)) return 0;
     /* a grid of fewer 64-token tiles than two a multiprocessor: chain groups (chain_groups; wg_gemm_kernel, then
      * gemm_fold_kernel) or tiles of half as many tokens (a GLU, no room, or no split chosen) */
     static const int64_t sms = gp_cu_sm_count();
     const int64_t tiles = (n + GEMM_BM - 1) / GEMM_BM * row_tiles;
     const bool can = !glu && rows % 4 == 0 && n <= 65535 && copy + (size_t)CHAINS * 4 * n * rows <= cap;
     const int groups = can ? chain_groups(tiles, cols, sms) : 1;
-    const int64_t n16 = (int64_t)n * xb_cols(cols) / 8, cvb = (n16 + 255) / 256; /* the copy's 16-byte units */
-    const unsigned cvt = (unsigned)(cvb < 1024 ? cvb : 1024); /* blocks of the copy */
     if (groups > 1 || wg_whole(glu, n, row_tiles, sms)) {
         float *part = (float *)((char *)xb + copy);
-        launch(to_bf16_wg_kernel, dim3(cvt), dim3(256), 0, d, (uint4 *)xb, x, cols, n16);
+        launch_copy(d, xb, x, nm, cols, n, true);
         const dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups);
         wg_maps M = {};
         const bool tma = wg_tma_maps(&M, p, glu, xb, cols, n);
@@ -1123,8 +1159,7 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, int64_t col
                    (const float *)part, rows, n, mode, alpha);
         return 1;
     }
-    const int64_t n8 = (int64_t)n * cols / 8;
-    launch(to_bf16_kernel, dim3(cvt), dim3(256), 0, d, (uint4 *)xb, (const float4 *)x, n8);
+    launch_copy(d, xb, x, nm, cols, n, false);
     const int bm = tiles < 2 * sms && gemm_force() != 1 ? GEMM_BM / 2 : GEMM_BM;
     const dim3 grid((unsigned)((n + bm - 1) / bm), (unsigned)row_tiles);
     if (bm == GEMM_BM)
@@ -1202,7 +1237,7 @@ extern "C" int gp_cu_mma_ok(const gp_cu_wt *w, const float *x) {
 extern "C" int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt,
                                 int32_t n, int mode, float alpha) {
     if (n > 16 && w->dtype == GP_CU_BF16) {
-        if (launch_gemm(d, one_part(y, w, b, bdt), x, w->cols, n, mode, alpha)) return (int)cudaGetLastError();
+        if (launch_gemm(d, one_part(y, w, b, bdt), x, NULL, w->cols, n, mode, alpha)) return (int)cudaGetLastError();
     }
     by_dtype(w->dtype, [&](auto dt) { launch_mma<dt>(d, y, x, w, b, bdt, n, mode, alpha); });
     return (int)cudaGetLastError();
@@ -1229,11 +1264,11 @@ extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, con
     return (int)cudaGetLastError();
 }
 
-/* A chunk (n > 16 tokens) through m <= 3 bf16 weights of one column count (q|k|v): one bf16 copy of x, one GEMM
- * launch over the stacked rows, each part the bits of gp_cu_matmul_mma.  cudaErrorNotSupported (nothing enqueued)
- * when they do not qualify. */
-extern "C" int gp_cu_matmul_mma_parts(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_wt *ws,
-                                      const gp_cu_wt *bs, int32_t n, int mode) {
+/* A chunk (n > 16 tokens) through m <= 3 bf16 weights of one column count (q|k|v): one bf16 copy of x (or of its
+ * RMSNorm by nm), one GEMM launch over the stacked rows, each part the bits of [gp_cu_rmsnorm, then]
+ * gp_cu_matmul_mma.  cudaErrorNotSupported (nothing enqueued) when they do not qualify. */
+extern "C" int gp_cu_matmul_mma_parts(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_norm *nm,
+                                      const gp_cu_wt *ws, const gp_cu_wt *bs, int32_t n, int mode) {
     if (m < 1 || m > 3 || n <= 16) return (int)cudaErrorNotSupported;
     mma_parts p = {};
     for (int32_t i = 0; i < m; i++) {
@@ -1243,14 +1278,16 @@ extern "C" int gp_cu_matmul_mma_parts(gp_cu *d, int32_t m, float *const *ys, con
         p.bdt[i] = bs[i].data ? bs[i].dtype : 0;
     }
     p.m = m;
-    if (!launch_gemm(d, p, x, ws[0].cols, n, mode, 1.0f)) return (int)cudaErrorNotSupported;
+    if (!launch_gemm(d, p, x, nm, ws[0].cols, n, mode, 1.0f)) return (int)cudaErrorNotSupported;
     return (int)cudaGetLastError();
 }
 
-/* A chunk (n > 16 tokens, bf16 weights): y [n, rows] = act(x G^T + bg) * (x U^T + bu) in one pipelined GEMM whose
- * tiles pair 64 gate rows with the same 64 up rows (the bits of gp_cu_matmul_mma_parts, then gp_cu_glu). */
-extern "C" int gp_cu_matmul_mma_glu_chunk(gp_cu *d, float *y, const float *x, const gp_cu_wt *g, const gp_cu_wt *bg,
-                                          const gp_cu_wt *u, const gp_cu_wt *bu, int32_t n, int32_t act, int mode) {
+/* A chunk (n > 16 tokens, bf16 weights): y [n, rows] = act(h G^T + bg) * (h U^T + bu), h = x or its RMSNorm by nm,
+ * in one pipelined GEMM whose tiles pair 64 gate rows with the same 64 up rows (the bits of gp_cu_matmul_mma_parts,
+ * then gp_cu_glu). */
+extern "C" int gp_cu_matmul_mma_glu_chunk(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm,
+                                          const gp_cu_wt *g, const gp_cu_wt *bg, const gp_cu_wt *u, const gp_cu_wt *bu,
+                                          int32_t n, int32_t act, int mode) {
     const bool biased = bg->data != NULL;
     if (n <= 16 || g->dtype != GP_CU_BF16 || u->dtype != GP_CU_BF16 || g->rows != u->rows || g->cols != u->cols ||
         !gp_cu_mma_ok(g, x) || !gp_cu_mma_ok(u, x) || biased != (bu->data != NULL) ||
@@ -1260,7 +1297,7 @@ extern "C" int gp_cu_matmul_mma_glu_chunk(gp_cu *d, float *y, const float *x, co
     mma_parts p = {};
     p.W[0] = g->data, p.W[1] = u->data, p.B[0] = bg->data, p.B[1] = bu->data, p.Y[0] = y;
     p.rows[0] = p.rows[1] = g->rows, p.bdt[0] = p.bdt[1] = biased ? bg->dtype : 0, p.m = 2;
-    if (!launch_gemm(d, p, x, g->cols, n, mode, 1.0f, act)) return (int)cudaErrorNotSupported;
+    if (!launch_gemm(d, p, x, nm, g->cols, n, mode, 1.0f, act)) return (int)cudaErrorNotSupported;
     return (int)cudaGetLastError();
 }
 

@@ -143,13 +143,16 @@ int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, const float *x
 int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const gp_cu_wt *g,
                          const gp_cu_wt *bg, const gp_cu_wt *u, const gp_cu_wt *bu, int32_t act, int mode);
 /* A chunk of n > 16 tokens through m <= 3 bf16 weights of one column count (q|k|v) on tensor cores in one launch,
- * each part the bits of gp_cu_matmul_mma; cudaErrorNotSupported (nothing enqueued) when they do not qualify. */
-int gp_cu_matmul_mma_parts(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_wt *ws,
-                           const gp_cu_wt *bs, int32_t n, int mode);
-/* A chunk of n > 16 tokens through a GLU's bf16 gate and up in one launch: y [n, g.rows] = act(gate) * up with the
- * bits of gp_cu_matmul_mma_parts then gp_cu_glu; cudaErrorNotSupported (nothing enqueued) when they do not qualify. */
-int gp_cu_matmul_mma_glu_chunk(gp_cu *d, float *y, const float *x, const gp_cu_wt *g, const gp_cu_wt *bg,
-                               const gp_cu_wt *u, const gp_cu_wt *bu, int32_t n, int32_t act, int mode);
+ * of x or its RMSNorm by nm (normalized into the GEMM's bf16 copy of its input), each part the bits of
+ * [gp_cu_rmsnorm then] gp_cu_matmul_mma; cudaErrorNotSupported (nothing enqueued) when they do not qualify. */
+int gp_cu_matmul_mma_parts(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_norm *nm,
+                           const gp_cu_wt *ws, const gp_cu_wt *bs, int32_t n, int mode);
+/* A chunk of n > 16 tokens through a GLU's bf16 gate and up in one launch: y [n, g.rows] = act(gate) * up of x or
+ * its RMSNorm by nm, with the bits of gp_cu_matmul_mma_parts then gp_cu_glu; cudaErrorNotSupported (nothing
+ * enqueued) when they do not qualify. */
+int gp_cu_matmul_mma_glu_chunk(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const gp_cu_wt *g,
+                               const gp_cu_wt *bg, const gp_cu_wt *u, const gp_cu_wt *bu, int32_t n, int32_t act,
+                               int mode);
 /* One token (decode) through m <= 4 dense weights of one dtype in one launch: ys[i] [w[i].rows] = h @ W_i^T (+ b_i),
  * h = x or its RMSNorm by nm; each [gp_cu_rmsnorm then] gp_cu_matmul's bits.  Returns cudaErrorNotSupported
  * (nothing enqueued) when the weights or the norm do not qualify (other dtypes, unaligned, GP_CU_MMA; a norm of
