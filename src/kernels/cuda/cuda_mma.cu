@@ -122,27 +122,27 @@ struct mma_parts {
 };
 
 /* chain `chain` of 8 weight rows from wr0 (rows >= rows read the last row; never stored): acc (tokens g, g + 8 x
- * rows 2c, 2c + 1) over chunks chain, chain + CHAINS, ... in order.  The first weights are loaded before
- * pdl_enter() (they stream while the previous kernel, which writes the input, finishes); then every thread calls
- * prep(), which may synchronize the block and returns the input x (read as XIN says). */
-template <int DT, int XIN, typename Prep>
+ * rows 2c, 2c + 1) over chunks chain, chain + CHAINS, ... in order.  The weights stream through register buffers of
+ * DEC_UNR chunks, loaded before pdl_enter() (they stream while the previous kernel, which writes the input,
+ * finishes); then every thread calls prep(), which may synchronize the block and returns the input x (read as XIN
+ * says).  DB: two buffers, the next one's loads in flight while the current one is multiplied (as dot1's; measured
+ * faster in mma_decode_kernel, slower in the GLU kernel's larger blocks: BENCHMARKS.md); else one. */
+template <int DT, int XIN, bool DB, typename Prep>
 __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict__ W, int64_t wr, int64_t cols,
                                              int32_t n, int chain, int g, int c, Prep prep, bool early = false) {
-    const int64_t nch = (cols + 31) / 32;
+    const int64_t nch = (cols + 31) / 32, step = (int64_t)CHAINS * DEC_UNR;
     acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-    uint4 b[DEC_UNR], a[DEC_UNR], a8[DEC_UNR];
-    auto load_w = [&](int64_t j0) {
+    uint4 wa[DEC_UNR], wb[DEC_UNR];
+    auto load_w = [&](uint4 *b, int64_t j0) {
 #pragma unroll
         for (int u = 0; u < DEC_UNR; u++) {
             const int64_t j = j0 + (int64_t)u * CHAINS;
             b[u] = j < nch ? w8<DT>(W, wr, cols, j * 32 + 8 * c) : make_uint4(0, 0, 0, 0);
         }
     };
-    load_w(chain);
-    pdl_enter(early);
-    const float *x = prep();
-    for (int64_t j0 = chain; j0 < nch; j0 += (int64_t)CHAINS * DEC_UNR) {
-        if (j0 != chain) load_w(j0);
+    const float *x = NULL;
+    auto mul = [&](const uint4 *b, int64_t j0) {
+        uint4 a[DEC_UNR], a8[DEC_UNR];
 #pragma unroll
         for (int u = 0; u < DEC_UNR; u++) {
             const int64_t k = (j0 + (int64_t)u * CHAINS) * 32 + 8 * c;
@@ -152,6 +152,24 @@ __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict_
 #pragma unroll
         for (int u = 0; u < DEC_UNR; u++)
             if (j0 + (int64_t)u * CHAINS < nch) chunk_mma(acc, a[u], a8[u], b[u]);
+    };
+    load_w(wa, chain);
+    if (DB && chain + step < nch) load_w(wb, chain + step);
+    pdl_enter(early);
+    x = prep();
+    if constexpr (DB) {
+        for (int64_t j0 = chain; j0 < nch; j0 += 2 * step) {
+            mul(wa, j0);
+            if (j0 + 2 * step < nch) load_w(wa, j0 + 2 * step);
+            if (j0 + step >= nch) break;
+            mul(wb, j0 + step);
+            if (j0 + 3 * step < nch) load_w(wb, j0 + 3 * step);
+        }
+    } else {
+        for (int64_t j0 = chain; j0 < nch; j0 += step) {
+            if (j0 != chain) load_w(wa, j0);
+            mul(wa, j0);
+        }
     }
 }
 
@@ -196,9 +214,10 @@ __global__ void __launch_bounds__(32 * CHAINS)
         return;
     }
     float acc[4];
-    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL>(acc, W, r0 + g < rows ? r0 + g : rows - 1, cols, n, warp, g, c,
-                                                  [&] { return STAGE ? stage_x(x, (uint4 *)xs, cols) : x; },
-                                                  (mode & GP_CU_EARLY) != 0);
+    const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
+    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, true>(acc, W, wr, cols, n, warp, g, c,
+                                                        [&] { return STAGE ? stage_x(x, (uint4 *)xs, cols) : x; },
+                                                        (mode & GP_CU_EARLY) != 0);
     if (!sum_chains(acc, part, warp, lane)) return;
     if (n == 1) { /* lane l < 8 stores row r0 + l (lane l / 2's acc[l & 1]): one 32-byte write, also to pinned memory */
         const float v0 = __shfl_sync(0xffffffffu, acc[0], lane >> 1), v1 = __shfl_sync(0xffffffffu, acc[1], lane >> 1);
@@ -231,9 +250,10 @@ __global__ void __launch_bounds__(64 * CHAINS)
     const int which = warp / CHAINS, chain = warp % CHAINS;
     const int64_t r0 = (int64_t)blockIdx.x * 8;
     float acc[4];
-    decode_chain<DT, NORM ? X_SHARED : X_GLOBAL>(acc, which ? U : G, r0 + g < rows ? r0 + g : rows - 1, cols, 1, chain,
-                                                 g, c, [&] { return input_of<NORM>(x, xs, cols, nm); },
-                                                 (mode & GP_CU_EARLY) != 0);
+    const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
+    decode_chain<DT, NORM ? X_SHARED : X_GLOBAL, false>(acc, which ? U : G, wr, cols, 1, chain, g, c,
+                                                        [&] { return input_of<NORM>(x, xs, cols, nm); },
+                                                        (mode & GP_CU_EARLY) != 0);
 #pragma unroll
     for (int i = 0; i < 4; i++) part[which][chain][lane][i] = acc[i];
     __syncthreads();
