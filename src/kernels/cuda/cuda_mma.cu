@@ -123,34 +123,35 @@ struct mma_parts {
 
 /* chain `chain` of 8 weight rows from wr0 (rows >= rows read the last row; never stored): acc (tokens g, g + 8 x
  * rows 2c, 2c + 1) over chunks chain, chain + CHAINS, ... in order.  The weights stream through register buffers of
- * DEC_UNR chunks, loaded before pdl_enter() (they stream while the previous kernel, which writes the input,
+ * UNR chunks, loaded before pdl_enter() (they stream while the previous kernel, which writes the input,
  * finishes); then every thread calls prep(), which may synchronize the block and returns the input x (read as XIN
- * says).  DB: two buffers, the next one's loads in flight while the current one is multiplied (as dot1's; measured
- * faster in mma_decode_kernel, slower in the GLU kernel's larger blocks: BENCHMARKS.md); else one. */
-template <int DT, int XIN, bool DB, typename Prep>
+ * says).  DB: two buffers, the next one's loads in flight while the current one is multiplied (as dot1's); else one.
+ * (Measured: mma_decode_kernel two of DEC_UNR chunks, the GLU kernel's 8-warp blocks two of DEC_UNR / 2; one of
+ * DEC_UNR or 2 DEC_UNR, or two of DEC_UNR there, were slower: BENCHMARKS.md.) */
+template <int DT, int XIN, bool DB, int UNR, typename Prep>
 __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict__ W, int64_t wr, int64_t cols,
                                              int32_t n, int chain, int g, int c, Prep prep, bool early = false) {
-    const int64_t nch = (cols + 31) / 32, step = (int64_t)CHAINS * DEC_UNR;
+    const int64_t nch = (cols + 31) / 32, step = (int64_t)CHAINS * UNR;
     acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-    uint4 wa[DEC_UNR], wb[DEC_UNR];
+    uint4 wa[UNR], wb[UNR];
     auto load_w = [&](uint4 *b, int64_t j0) {
 #pragma unroll
-        for (int u = 0; u < DEC_UNR; u++) {
+        for (int u = 0; u < UNR; u++) {
             const int64_t j = j0 + (int64_t)u * CHAINS;
             b[u] = j < nch ? w8<DT>(W, wr, cols, j * 32 + 8 * c) : make_uint4(0, 0, 0, 0);
         }
     };
     const float *x = NULL;
     auto mul = [&](const uint4 *b, int64_t j0) {
-        uint4 a[DEC_UNR], a8[DEC_UNR];
+        uint4 a[UNR], a8[UNR];
 #pragma unroll
-        for (int u = 0; u < DEC_UNR; u++) {
+        for (int u = 0; u < UNR; u++) {
             const int64_t k = (j0 + (int64_t)u * CHAINS) * 32 + 8 * c;
             a[u] = x8<XIN>(x, g, n, cols, k);
             a8[u] = x8<XIN>(x, g + 8, n, cols, k);
         }
 #pragma unroll
-        for (int u = 0; u < DEC_UNR; u++)
+        for (int u = 0; u < UNR; u++)
             if (j0 + (int64_t)u * CHAINS < nch) chunk_mma(acc, a[u], a8[u], b[u]);
     };
     load_w(wa, chain);
@@ -215,7 +216,7 @@ __global__ void __launch_bounds__(32 * CHAINS)
     }
     float acc[4];
     const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
-    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, true>(acc, W, wr, cols, n, warp, g, c,
+    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, true, DEC_UNR>(acc, W, wr, cols, n, warp, g, c,
                                                         [&] { return STAGE ? stage_x(x, (uint4 *)xs, cols) : x; },
                                                         (mode & GP_CU_EARLY) != 0);
     if (!sum_chains(acc, part, warp, lane)) return;
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(64 * CHAINS)
     const int64_t r0 = (int64_t)blockIdx.x * 8;
     float acc[4];
     const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
-    decode_chain<DT, NORM ? X_SHARED : X_GLOBAL, false>(acc, which ? U : G, wr, cols, 1, chain, g, c,
+    decode_chain<DT, NORM ? X_SHARED : X_GLOBAL, true, DEC_UNR / 2>(acc, which ? U : G, wr, cols, 1, chain, g, c,
                                                         [&] { return input_of<NORM>(x, xs, cols, nm); },
                                                         (mode & GP_CU_EARLY) != 0);
 #pragma unroll
