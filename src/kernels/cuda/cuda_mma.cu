@@ -122,13 +122,13 @@ struct mma_parts {
 };
 
 /* chain `chain` of 8 weight rows from wr0 (rows >= rows read the last row; never stored): acc (tokens g, g + 8 x
- * rows 2c, 2c + 1) over chunks chain, chain + CHAINS, ... in order.  The weights stream through register buffers of
- * UNR chunks, loaded before pdl_enter() (they stream while the previous kernel, which writes the input,
- * finishes); then every thread calls prep(), which may synchronize the block and returns the input x (read as XIN
- * says).  DB: two buffers, the next one's loads in flight while the current one is multiplied (as dot1's); else one.
- * (Measured: mma_decode_kernel two of DEC_UNR chunks, the GLU kernel's 8-warp blocks two of DEC_UNR / 2; one of
- * DEC_UNR or 2 DEC_UNR, or two of DEC_UNR there, were slower: BENCHMARKS.md.) */
-template <int DT, int XIN, bool DB, int UNR, typename Prep>
+ * rows 2c, 2c + 1) over chunks chain, chain + CHAINS, ... in order.  The weights stream through two register
+ * buffers of UNR chunks, the next one's loads in flight while the current one is multiplied (as dot1's), both loaded
+ * before pdl_enter() (they stream while the previous kernel, which writes the input, finishes); then every thread
+ * calls prep(), which may synchronize the block and returns the input x (read as XIN says).  (Measured:
+ * mma_decode_kernel UNR = DEC_UNR, the GLU kernel's 8-warp blocks DEC_UNR / 2; one buffer of DEC_UNR or 2 DEC_UNR,
+ * or two of DEC_UNR there, were slower: BENCHMARKS.md.) */
+template <int DT, int XIN, int UNR, typename Prep>
 __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict__ W, int64_t wr, int64_t cols,
                                              int32_t n, int chain, int g, int c, Prep prep, bool early = false) {
     const int64_t nch = (cols + 31) / 32, step = (int64_t)CHAINS * UNR;
@@ -155,22 +155,15 @@ __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict_
             if (j0 + (int64_t)u * CHAINS < nch) chunk_mma(acc, a[u], a8[u], b[u]);
     };
     load_w(wa, chain);
-    if (DB && chain + step < nch) load_w(wb, chain + step);
+    if (chain + step < nch) load_w(wb, chain + step);
     pdl_enter(early);
     x = prep();
-    if constexpr (DB) {
-        for (int64_t j0 = chain; j0 < nch; j0 += 2 * step) {
-            mul(wa, j0);
-            if (j0 + 2 * step < nch) load_w(wa, j0 + 2 * step);
-            if (j0 + step >= nch) break;
-            mul(wb, j0 + step);
-            if (j0 + 3 * step < nch) load_w(wb, j0 + 3 * step);
-        }
-    } else {
-        for (int64_t j0 = chain; j0 < nch; j0 += step) {
-            if (j0 != chain) load_w(wa, j0);
-            mul(wa, j0);
-        }
+    for (int64_t j0 = chain; j0 < nch; j0 += 2 * step) {
+        mul(wa, j0);
+        if (j0 + 2 * step < nch) load_w(wa, j0 + 2 * step);
+        if (j0 + step >= nch) break;
+        mul(wb, j0 + step);
+        if (j0 + 3 * step < nch) load_w(wb, j0 + 3 * step);
     }
 }
 
@@ -216,9 +209,9 @@ __global__ void __launch_bounds__(32 * CHAINS)
     }
     float acc[4];
     const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
-    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, true, DEC_UNR>(acc, W, wr, cols, n, warp, g, c,
-                                                        [&] { return STAGE ? stage_x(x, (uint4 *)xs, cols) : x; },
-                                                        (mode & GP_CU_EARLY) != 0);
+    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, DEC_UNR>(acc, W, wr, cols, n, warp, g, c,
+                                                           [&] { return STAGE ? stage_x(x, (uint4 *)xs, cols) : x; },
+                                                           (mode & GP_CU_EARLY) != 0);
     if (!sum_chains(acc, part, warp, lane)) return;
     if (n == 1) { /* lane l < 8 stores row r0 + l (lane l / 2's acc[l & 1]): one 32-byte write, also to pinned memory */
         const float v0 = __shfl_sync(0xffffffffu, acc[0], lane >> 1), v1 = __shfl_sync(0xffffffffu, acc[1], lane >> 1);
@@ -252,9 +245,9 @@ __global__ void __launch_bounds__(64 * CHAINS)
     const int64_t r0 = (int64_t)blockIdx.x * 8;
     float acc[4];
     const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
-    decode_chain<DT, NORM ? X_SHARED : X_GLOBAL, true, DEC_UNR / 2>(acc, which ? U : G, wr, cols, 1, chain, g, c,
-                                                        [&] { return input_of<NORM>(x, xs, cols, nm); },
-                                                        (mode & GP_CU_EARLY) != 0);
+    decode_chain<DT, NORM ? X_SHARED : X_GLOBAL, DEC_UNR / 2>(acc, which ? U : G, wr, cols, 1, chain, g, c,
+                                                              [&] { return input_of<NORM>(x, xs, cols, nm); },
+                                                              (mode & GP_CU_EARLY) != 0);
 #pragma unroll
     for (int i = 0; i < 4; i++) part[which][chain][lane][i] = acc[i];
     __syncthreads();
