@@ -41,6 +41,10 @@ static int near_tie(gp_model *m, int32_t dev, const int32_t *ids, int n, const i
     const int V = gp_model_n_vocab(m);
     int32_t *seq = malloc((size_t)(n + d) * sizeof(int32_t));
     float *lg = malloc((size_t)V * sizeof(float));
+    if (!seq || !lg) { /* (no tie: the check fails rather than crash) */
+        free(seq), free(lg);
+        return 0;
+    }
     memcpy(seq, ids, (size_t)n * sizeof(int32_t));
     memcpy(seq + n, got, (size_t)d * sizeof(int32_t));
     int tie = 0;

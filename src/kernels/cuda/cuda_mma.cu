@@ -620,10 +620,7 @@ template <bool WG>
 __global__ void rmsnorm_xb_kernel(uint4 *__restrict__ xb, const float *__restrict__ x, norm_args nm, int32_t cols) {
     pdl_enter();
     extern __shared__ float xs[];
-    __shared__ float sh[32];
-    const float *xr = x + (size_t)blockIdx.x * cols;
-    rms_apply(xs, xr, rms_inv(xr, cols, nm.eps, sh, nm.bf), nm.w, nm.dt, cols, nm.plus_one, nm.bf);
-    __syncthreads();
+    input_of<true>(x + (size_t)blockIdx.x * cols, xs, cols, nm); /* the token normalized into xs */
     const int64_t rq = WG ? xb_cols(cols) / 8 : cols / 8;
     for (int64_t u = threadIdx.x; u < rq; u += blockDim.x) {
         const float4 *v = (const float4 *)(xs + 8 * u);
@@ -1146,7 +1143,7 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu
     const int64_t tile_rows = glu ? 64 : 128, row_tiles = (rows + tile_rows - 1) / tile_rows;
     const size_t copy = ((size_t)n * (size_t)xb_cols(cols) * 2 + 255) / 256 * 256; /* either copy fits this */
     if (!xb || copy > cap || row_tiles > 65535) return 0;
-    if (nm && (cols > 8192 || nm->w.dtype == GP_CU_QAFFINE || !nm->w.data)) return 0;
+    if (nm && !gp_cu_norm_fits(nm, cols, rms_threads((int32_t)cols))) return 0;
     /* a grid of fewer 64-token tiles than two a multiprocessor: chain groups (chain_groups; wg_gemm_kernel, then
      * gemm_fold_kernel) or tiles of half as many tokens (a GLU, no room, or no split chosen) */
     static const int64_t sms = gp_cu_sm_count();
