@@ -363,7 +363,9 @@ __device__ __forceinline__ void finish_out(float *out, int hd, float L, const fl
 }
 
 /* Split id of compact index b. */
-__device__ __forceinline__ int32_t split_id(const attn_desc_sm &d, int32_t b) { return b < d.np ? b : d.lo + (b - d.np); }
+__device__ __forceinline__ int32_t split_id(const attn_desc_sm &d, int32_t b) {
+    return b < d.np ? b : d.lo + (b - d.np);
+}
 
 /* Folds the ns partials of one (query, head) in order into out (a warp): ld(b, i) is float i of partial b (m, l,
  * acc [hd]), FOLD_BATCH splits' loads in flight together. */
@@ -382,7 +384,8 @@ __device__ __forceinline__ void fold_parts_by(int32_t ns, int32_t hd, float *out
             ms[u] = in ? ld(b0 + u, 0) : -INFINITY;
             ls[u] = in ? ld(b0 + u, 1) : 0.0f;
 #pragma unroll
-            for (int k = 0; k < MAX_NE; k++) accs[u][k] = in && lane + 32 * k < hd ? ld(b0 + u, 2 + lane + 32 * k) : 0.0f;
+            for (int k = 0; k < MAX_NE; k++)
+                accs[u][k] = in && lane + 32 * k < hd ? ld(b0 + u, 2 + lane + 32 * k) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < FOLD_BATCH; u++)
@@ -1063,15 +1066,15 @@ extern "C" int gp_cu_attn_prepare(void) {
                         (const void *)attn_chunk_kernel<2, 8>, (const void *)attn_mma_chunk_kernel<2, 2>,
                         (const void *)attn_mma_chunk_kernel<4, 2>, (const void *)attn_mma_chunk_kernel<2, 4>,
                         (const void *)attn_mma_chunk_kernel<4, 4>};
+    /* the chunk kernels, then the decode tables' cluster and split kernels (NULL where none is built) */
+    const int nk = (int)(sizeof ks / sizeof ks[0]), nc = (int)(sizeof cluster_kernels / sizeof(attn_kernel));
+    const int n = nk + nc + (int)(sizeof split_kernels / sizeof(attn_kernel));
     cudaError_t e = cudaSuccess;
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
-        e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
-    for (int i = 0; i < 18 && e == cudaSuccess; i++) {
-        const void *k = (const void *)cluster_kernels[i / 9][i / 3 % 3][i % 3];
-        if (k) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
-    }
-    for (int i = 0; i < 9 && e == cudaSuccess; i++) {
-        const void *k = (const void *)split_kernels[i / 3][i % 3];
+    for (int i = 0; i < n && e == cudaSuccess; i++) {
+        const int j = i - nk, m = j - nc; /* (3 x 3 tables: [.][j / 3 % 3][j % 3]) */
+        const void *k = j < 0    ? ks[i]
+                        : m < 0  ? (const void *)cluster_kernels[j / 9][j / 3 % 3][j % 3]
+                                 : (const void *)split_kernels[m / 3][m % 3];
         if (k) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     }
     return (int)e;

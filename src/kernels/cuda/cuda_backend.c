@@ -112,11 +112,14 @@ static gp_status cu_bind_weight(gp_backend *be, const gp_wt *view, gp_wt *out) {
     uint64_t bytes = view->format == GP_WFMT_QAFFINE ? rows * cols * (uint64_t)view->bits / 8
                                                      : rows * cols * (view->format == GP_WFMT_F32 ? 4 : 2);
     uint64_t aux = 0;
-    if (view->format == GP_WFMT_QAFFINE) aux = rows * ((cols + (uint64_t)view->group_size - 1) / (uint64_t)view->group_size);
+    if (view->format == GP_WFMT_QAFFINE)
+        aux = rows * ((cols + (uint64_t)view->group_size - 1) / (uint64_t)view->group_size);
     out->scales.data = out->biases.data = NULL;
     int e = upload_bytes(be, view->data, (size_t)bytes, &out->data);
-    if (!e) e = upload_bytes(be, view->scales.data, (size_t)(aux * gp_dtype_size(view->scales.dtype)), &out->scales.data);
-    if (!e) e = upload_bytes(be, view->biases.data, (size_t)(aux * gp_dtype_size(view->biases.dtype)), &out->biases.data);
+    const size_t sb = (size_t)(aux * gp_dtype_size(view->scales.dtype));
+    const size_t bb = (size_t)(aux * gp_dtype_size(view->biases.dtype));
+    if (!e) e = upload_bytes(be, view->scales.data, sb, &out->scales.data);
+    if (!e) e = upload_bytes(be, view->biases.data, bb, &out->biases.data);
     if (e) {
         cu_unbind_weight(be, out);
         return gp_set_error(e == 2 ? GP_ERR_NOMEM : GP_ERR_DEVICE, "device cuda: uploading a [%llu, %llu] weight: %s",

@@ -32,7 +32,8 @@ template <int DT> struct vec_traits;
 template <> struct vec_traits<GP_CU_F32> {
     enum { E = 4 };
     static __device__ __forceinline__ void widen(const uint4 &u, float *f) {
-        f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y); f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);
+        f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
     }
     static __device__ __forceinline__ float one(const void *p, int64_t i) { return ((const float *)p)[i]; }
 };
@@ -495,7 +496,8 @@ static void launch_q(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, cons
 
 static int qmatmul(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt, int32_t n,
                    int mode, float alpha) {
-    if ((uintptr_t)x & 15 || w->cols % 16 || w->group % 16 || (w->cols * w->bits) % 32) return (int)cudaErrorNotSupported;
+    if ((uintptr_t)x & 15 || w->cols % 16 || w->group % 16 || (w->cols * w->bits) % 32)
+        return (int)cudaErrorNotSupported;
     switch (w->bits) {
     case 2: launch_q<2>(d, y, x, w, b, bdt, n, mode, alpha); break;
     case 3: launch_q<3>(d, y, x, w, b, bdt, n, mode, alpha); break;
@@ -524,7 +526,8 @@ static void launch_dt(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, con
                       bool vec, int mode, float alpha) {
     const dim3 grid((unsigned)((w->rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK), (unsigned)((n + T - 1) / T));
     const dim3 blk(WARPS_PER_BLOCK * 32);
-    if (vec) launch(matmul_kernel<DT, T, true>, grid, blk, 0, d, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
+    if (vec)
+        launch(matmul_kernel<DT, T, true>, grid, blk, 0, d, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
     else launch(matmul_kernel<DT, T, false>, grid, blk, 0, d, y, x, w->data, w->rows, w->cols, b, bdt, n, mode, alpha);
 }
 

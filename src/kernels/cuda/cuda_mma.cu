@@ -230,9 +230,10 @@ __global__ void __launch_bounds__(32 * CHAINS)
     }
 }
 
-/* One token through gate and up (same shape): a block of 2 CHAINS warps per 8 rows (warps 0..CHAINS-1 the gate's chains,
- * CHAINS..2 CHAINS-1 the up's), then y[r] = act(gate) * up with the GLU op's expression: the bits of the two products (the
- * decode kernel's) and glu_kernel; under NORM of the input's RMSNorm (input_of; dynamic shared memory [cols]). */
+/* One token through gate and up (same shape): a block of 2 CHAINS warps per 8 rows (warps 0..CHAINS-1 the gate's
+ * chains, CHAINS..2 CHAINS-1 the up's), then y[r] = act(gate) * up with the GLU op's expression: the bits of the two
+ * products (the decode kernel's) and glu_kernel; under NORM of the input's RMSNorm (input_of; dynamic shared memory
+ * [cols]). */
 template <int DT, bool NORM>
 __global__ void __launch_bounds__(64 * CHAINS)
     mma_decode_glu_kernel(float *__restrict__ y, const float *__restrict__ x, norm_args nm, const void *__restrict__ G,
@@ -316,7 +317,8 @@ __global__ void __launch_bounds__(256)
     const int64_t nch = (cols + 31) / 32;
     /* loader: thread tid fills part tid & 3 of token row tid / 4 and of weight rows tid / 4 and tid / 4 + 64 */
     const int lrow = tid >> 2, lpart = tid & 3;
-    const int64_t lw0 = r0 + lrow < rows ? r0 + lrow : rows - 1, lw1 = r0 + lrow + 64 < rows ? r0 + lrow + 64 : rows - 1;
+    const int64_t lw0 = r0 + lrow < rows ? r0 + lrow : rows - 1;
+    const int64_t lw1 = r0 + lrow + 64 < rows ? r0 + lrow + 64 : rows - 1;
     uint4 ra, rb0, rb1;
     auto load = [&](int64_t j) {
         const int64_t k = j * 32 + 8 * lpart;
@@ -324,7 +326,9 @@ __global__ void __launch_bounds__(256)
         rb0 = w8<DT>(W, lw0, cols, k);
         rb1 = w8<DT>(W, lw1, cols, k);
     };
-    auto stash = [&](int buf) { sa[buf][lrow][lpart] = ra, sb[buf][lrow][lpart] = rb0, sb[buf][lrow + 64][lpart] = rb1; };
+    auto stash = [&](int buf) {
+        sa[buf][lrow][lpart] = ra, sb[buf][lrow][lpart] = rb0, sb[buf][lrow + 64][lpart] = rb1;
+    };
     float acc[2][4][4], tot[2][4][4];
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -341,7 +345,8 @@ __global__ void __launch_bounds__(256)
         if (jn >= 0) load(jn);
         uint4 a[2], a8[2], b[4];
 #pragma unroll
-        for (int i = 0; i < 2; i++) a[i] = sa[buf][wm * 32 + i * 16 + g][c], a8[i] = sa[buf][wm * 32 + i * 16 + g + 8][c];
+        for (int i = 0; i < 2; i++)
+            a[i] = sa[buf][wm * 32 + i * 16 + g][c], a8[i] = sa[buf][wm * 32 + i * 16 + g + 8][c];
 #pragma unroll
         for (int q = 0; q < 4; q++) b[q] = sb[buf][wn * 32 + q * 8 + g][c];
         tile_mma<2, 4>(acc, a, a8, b);
@@ -351,7 +356,8 @@ __global__ void __launch_bounds__(256)
         buf ^= 1;
         j = jn;
     }
-    while (chain < CHAINS) fold_chain(tot, acc, chain); /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+    /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+    while (chain < CHAINS) fold_chain(tot, acc, chain);
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -1241,7 +1247,8 @@ static void launch_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, co
 
 extern "C" int gp_cu_mma_ok(const gp_cu_wt *w, const float *x) {
     const size_t es = w->dtype == GP_CU_F32 ? 4 : 2;
-    return w->dtype != GP_CU_QAFFINE && w->cols % 8 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0 &&
+    return w->dtype != GP_CU_QAFFINE && w->cols % 8 == 0 && ((uintptr_t)x & 15) == 0 &&
+           ((uintptr_t)w->data & 15) == 0 &&
            (w->cols * es) % 16 == 0;
 }
 

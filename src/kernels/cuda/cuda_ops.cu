@@ -196,7 +196,8 @@ struct copy_ranges {
 __global__ void kv_copy_q_kernel(copy_ranges c) {
     pdl_enter();
     const int k = blockIdx.y;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < c.bytes[k]; i += (int64_t)gridDim.x * blockDim.x)
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < c.bytes[k]; i += step)
         c.dst[k][i] = c.src[k][i];
 }
 
@@ -229,8 +230,10 @@ extern "C" int gp_cu_kv_copy(gp_cu *d, const gp_cu_kv_rows *dk, const gp_cu_kv_r
     for (int i = 0; i < 2; i++) {
         const int64_t rb = dst[i]->row_bytes, gb = (int64_t)dst[i]->n_groups * 4;
         c.dst[3 * i] = dst[i]->q + d0 * rb, c.src[3 * i] = src[i]->q + s0 * rb, c.bytes[3 * i] = n * rb;
-        c.dst[3 * i + 1] = (uint8_t *)(dst[i]->scale) + d0 * gb, c.src[3 * i + 1] = (const uint8_t *)src[i]->scale + s0 * gb;
-        c.dst[3 * i + 2] = (uint8_t *)(dst[i]->minv) + d0 * gb, c.src[3 * i + 2] = (const uint8_t *)src[i]->minv + s0 * gb;
+        c.dst[3 * i + 1] = (uint8_t *)(dst[i]->scale) + d0 * gb;
+        c.src[3 * i + 1] = (const uint8_t *)src[i]->scale + s0 * gb;
+        c.dst[3 * i + 2] = (uint8_t *)(dst[i]->minv) + d0 * gb;
+        c.src[3 * i + 2] = (const uint8_t *)src[i]->minv + s0 * gb;
         c.bytes[3 * i + 1] = c.bytes[3 * i + 2] = n * gb;
         most = n * rb > most ? n * rb : most;
         most = n * gb > most ? n * gb : most;

@@ -92,9 +92,10 @@ int gp_cu_sync(gp_cu *d);
  * buffers): OFF kernel by kernel, ON recorded and replayed, AUTO whichever of the two its timed steps ran faster
  * (re-timed every 1024 steps).  gp_cu_record(d) begins a step: the launches enqueued through d from now until
  * gp_cu_sync are recorded, and the sync replays the step as a graph when it repeats the last step's launches and
- * argument bytes, else launches it kernel by kernel (a copy on d's stream meanwhile runs what was recorded first).  While recording, gp_cu_var copies bytes that change every
- * step (positions, the cache descriptor) to d's per-step block and returns their device address, which a kernel
- * takes instead of the values (the block is uploaded before the step runs); NULL when not recording or full.
+ * argument bytes, else launches it kernel by kernel (a copy on d's stream meanwhile runs what was recorded first).
+ * While recording, gp_cu_var copies bytes that change every step (positions, the cache descriptor) to d's per-step
+ * block and returns their device address, which a kernel takes instead of the values (the block is uploaded before
+ * the step runs); NULL when not recording or full.
  * gp_cu_graph_stats: steps replayed, graphs built, steps launched kernel by kernel. */
 enum { GP_CU_GRAPHS_OFF = 0, GP_CU_GRAPHS_ON = 1, GP_CU_GRAPHS_AUTO = 2 };
 int gp_cu_graphs(gp_cu *d, int mode);

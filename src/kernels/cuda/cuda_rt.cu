@@ -447,7 +447,8 @@ extern "C" int gp_cu_d2h(gp_cu *d, void *dst, const void *src, size_t bytes) {
 
 extern "C" int gp_cu_sm_count(void) {
     int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
