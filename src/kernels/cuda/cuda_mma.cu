@@ -1248,8 +1248,7 @@ static void launch_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, co
 extern "C" int gp_cu_mma_ok(const gp_cu_wt *w, const float *x) {
     const size_t es = w->dtype == GP_CU_F32 ? 4 : 2;
     return w->dtype != GP_CU_QAFFINE && w->cols % 8 == 0 && ((uintptr_t)x & 15) == 0 &&
-           ((uintptr_t)w->data & 15) == 0 &&
-           (w->cols * es) % 16 == 0;
+           ((uintptr_t)w->data & 15) == 0 && (w->cols * es) % 16 == 0;
 }
 
 extern "C" int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const void *b, int bdt,
