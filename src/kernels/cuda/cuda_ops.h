@@ -95,7 +95,7 @@ int gp_cu_sync(gp_cu *d);
  * argument bytes, else launches it kernel by kernel (a copy on d's stream meanwhile runs what was recorded first).
  * While recording, gp_cu_var copies bytes that change every step (positions, the cache descriptor) to d's per-step
  * block and returns their device address, which a kernel takes instead of the values (the block is uploaded before
- * the step runs); NULL when not recording or full.
+ * the launches that follow; the same bytes again in a step get the same address); NULL when not recording or full.
  * gp_cu_graph_stats: steps replayed, graphs built, steps launched kernel by kernel. */
 enum { GP_CU_GRAPHS_OFF = 0, GP_CU_GRAPHS_ON = 1, GP_CU_GRAPHS_AUTO = 2 };
 int gp_cu_graphs(gp_cu *d, int mode);

@@ -29,6 +29,7 @@ typedef struct cu_recording {
     size_t used, arena_cap;
 } cu_recording;
 
+#define VAR_SLOTS 64 /* distinct per-step values a step keeps apart (more are stored as they come) */
 struct gp_cu {
     int dev;
     cudaStream_t s;
@@ -43,9 +44,14 @@ struct gp_cu {
     double t0, t_sum[2];   /* GRAPHS_AUTO: when the step began (us); the timed launched and replayed steps' time */
     int n_t[2];            /* GRAPHS_AUTO: how many of each were timed */
     cu_recording cur, last;
-    cudaGraphExec_t exec;  /* built from `last` when a step repeated it, else NULL */
+    cudaGraphExec_t exec[2]; /* built from `last` when a step repeated it (launches [0, split), [split, n)), else NULL */
+    int split;             /* the launches of exec[0]: the head of a step launched while the host records the rest */
+    int ran_n;             /* launches of the step being recorded that already run (0 or split) */
+    cudaError_t early;     /* the error of the head's launch, reported by the sync */
     unsigned char *var_h, *var_d; /* gp_cu_var: a step's per-call values, pinned and device copies */
-    size_t var_used, var_cap;
+    size_t var_used, var_cap, var_sent; /* bytes written; of those, bytes already uploaded */
+    uint32_t var_off[VAR_SLOTS], var_len[VAR_SLOTS]; /* this step's distinct values (gp_cu_var returns a repeat's) */
+    int n_var;
     uint64_t stats[3];     /* steps replayed, graphs built, steps launched one by one */
 };
 
@@ -53,8 +59,10 @@ struct gp_cu {
  * While a step records (gp_cu_record .. gp_cu_sync), launch() appends each kernel launch with its argument values
  * instead of launching it.  The sync flushes the step: when it equals the last flushed step launch for launch and
  * byte for byte (every per-step value, such as positions, went through gp_cu_var into device memory, so the
- * arguments repeat), the step runs as one CUDA graph built from it (captured once, replayed as is); otherwise its
- * launches run one by one and it becomes the step the next is compared with.  MISSES steps in a row unlike the
+ * arguments repeat), the step runs as the CUDA graphs built from it (captured once, replayed as is); otherwise its
+ * launches run one by one and it becomes the step the next is compared with.  The graphs are two: the step's head
+ * (its first eighth of launches), which a step launches as soon as it has recorded a head like the last one's, so
+ * that the GPU runs it while the host records the rest, and the rest.  MISSES steps in a row unlike the
  * last pause recording for PAUSE_STEPS steps (a caller whose arguments change every step pays little: recording
  * delays a step's first kernel by the time the host takes to record it). */
 #define MISSES 4
@@ -69,6 +77,14 @@ enum { PHASE_TIME_LAUNCHES, PHASE_TIME_GRAPHS, PHASE_GRAPHS, PHASE_LAUNCHES };
 #define VAR_BYTES (64u << 10)
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* The head of a step of n launches that runs while the host records the rest: an eighth of them, from 16 on
+ * ($GP_CU_HEAD = k: k launches, 0 none; read when graphs are built: a switch for tests and measurements). */
+static int split_of(int n) {
+    const char *h = getenv("GP_CU_HEAD");
+    const int k = h ? atoi(h) : n >= 16 ? n / 8 : 0;
+    return k > 0 && k < n ? k : 0;
+}
 
 /* Room for one more launch of at most `bytes` argument bytes; 0 or -1 when out of memory. */
 static int rec_room(cu_recording *c, size_t bytes) {
@@ -170,59 +186,109 @@ static cudaError_t rec_launch(gp_cu *d, const cu_recording *c, int i) {
     return gp_cu_launch(d, r->func, dim3(r->g[0], r->g[1], r->g[2]), dim3(r->b[0], r->b[1], r->b[2]), r->smem, args);
 }
 
-static cudaError_t rec_launch_all(gp_cu *d, const cu_recording *c) {
+/* Launches recorded launches [i0, i1) of c. */
+static cudaError_t rec_launch_range(gp_cu *d, const cu_recording *c, int i0, int i1) {
     cudaError_t e = cudaSuccess;
-    for (int i = 0; i < c->n && e == cudaSuccess; i++) e = rec_launch(d, c, i);
+    for (int i = i0; i < i1 && e == cudaSuccess; i++) e = rec_launch(d, c, i);
     return e;
 }
 
-/* d->exec = the graph of the step `last` (captured from its launches); on failure graphs stay off for d. */
-static void rec_build(gp_cu *d) {
+/* *x = the graph of launches [i0, i1) of c (captured from them), or NULL with the error. */
+static cudaError_t rec_capture(gp_cu *d, const cu_recording *c, int i0, int i1, cudaGraphExec_t *x) {
     cudaGraph_t g = NULL;
+    *x = NULL;
     cudaError_t e = cudaStreamBeginCapture(d->s, cudaStreamCaptureModeThreadLocal);
     if (e == cudaSuccess) {
-        e = rec_launch_all(d, &d->last);
+        e = rec_launch_range(d, c, i0, i1);
         const cudaError_t e2 = cudaStreamEndCapture(d->s, &g);
         if (e == cudaSuccess) e = e2;
     }
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&d->exec, g, 0);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(x, g, 0);
     if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess) *x = NULL;
+    return e;
+}
+
+static void rec_drop(gp_cu *d) {
+    for (int k = 0; k < 2; k++)
+        if (d->exec[k]) cudaGraphExecDestroy(d->exec[k]), d->exec[k] = NULL; /* (one in flight is freed after it) */
+}
+
+/* d->exec = the graphs of the step `last`: its head of `split` launches (an eighth of them, from 16 launches on),
+ * which the next steps launch as soon as they have recorded it, and the rest; on failure graphs stay off for d. */
+static void rec_build(gp_cu *d) {
+    const int n = d->last.n;
+    d->split = split_of(n);
+    cudaError_t e = d->split ? rec_capture(d, &d->last, 0, d->split, &d->exec[0]) : cudaSuccess;
+    if (e == cudaSuccess) e = rec_capture(d, &d->last, d->split, n, &d->exec[1]);
     if (e != cudaSuccess) {
-        d->exec = NULL, d->graphs = GP_CU_GRAPHS_OFF;
+        rec_drop(d), d->graphs = GP_CU_GRAPHS_OFF;
         cudaGetLastError(); /* the step runs launch by launch instead */
     }
 }
 
-static int same_step(const cu_recording *a, const cu_recording *b) {
-    return a->n == b->n && a->used == b->used && !memcmp(a->r, b->r, (size_t)a->n * sizeof *a->r) &&
-           !memcmp(a->arena, b->arena, a->used);
+/* The argument bytes of c's first k launches. */
+static size_t head_bytes(const cu_recording *c, int k) { return k ? c->r[k - 1].off + c->r[k - 1].len : 0; }
+
+/* a's first k launches are b's, launch for launch and byte for byte. */
+static int same_head(const cu_recording *a, const cu_recording *b, int k) {
+    return a->n >= k && b->n >= k && !memcmp(a->r, b->r, (size_t)k * sizeof *a->r) &&
+           !memcmp(a->arena, b->arena, head_bytes(a, k));
 }
 
-/* Ends the recording and runs the step: its per-call values uploaded, then its graph or its launches. */
+static int same_step(const cu_recording *a, const cu_recording *b) {
+    return a->n == b->n && a->used == b->used && same_head(a, b, a->n);
+}
+
+/* Uploads the per-step values written since the last upload (before the launches that follow on the stream). */
+static cudaError_t var_upload(gp_cu *d) {
+    const size_t a = d->var_sent, b = d->var_used;
+    d->var_sent = b;
+    return b > a ? cudaMemcpyAsync(d->var_d + a, d->var_h + a, b - a, cudaMemcpyHostToDevice, d->s) : cudaSuccess;
+}
+
+static void var_reset(gp_cu *d) { d->var_used = 0, d->var_sent = 0, d->n_var = 0; }
+
+/* While recording launch d->split of a step whose head repeats the last step's: the head runs now, from its graph,
+ * while the host records the rest (its error waits for the sync). */
+static void rec_head(gp_cu *d) {
+    if (!d->split || d->cur.n != d->split || d->ran_n || !d->exec[0] || !same_head(&d->cur, &d->last, d->split))
+        return;
+    cudaError_t e = var_upload(d);
+    if (e == cudaSuccess) e = cudaGraphLaunch(d->exec[0], d->s);
+    d->ran_n = d->split;
+    if (d->early == cudaSuccess) d->early = e;
+}
+
+/* Ends the recording and runs the step: its per-call values uploaded, then its graphs or its launches (after its
+ * head when that already runs: rec_head). */
 static cudaError_t rec_flush(gp_cu *d) {
-    if (!d->rec) return cudaSuccess;
+    cudaError_t e = d->early;
+    d->early = cudaSuccess;
+    if (!d->rec) return e;
     d->rec = 0;
-    cudaError_t e = cudaSuccess;
-    if (d->var_used) e = cudaMemcpyAsync(d->var_d, d->var_h, d->var_used, cudaMemcpyHostToDevice, d->s);
-    d->var_used = 0;
+    if (e == cudaSuccess) e = var_upload(d);
+    const int i0 = d->ran_n;
     if (e == cudaSuccess && d->cur.n && same_step(&d->cur, &d->last)) {
         d->misses = 0;
-        /* a step that captures and instantiates its graph is not timed (ran stays STEP_RECORDED): that cost, once
+        /* a step that captures and instantiates its graphs is not timed (ran stays STEP_RECORDED): that cost, once
          * per graph, swamped the timed choice's mean of the replays */
-        const int build = !d->exec;
-        if (build) rec_build(d), d->stats[1] += d->exec != NULL;
-        if (d->exec) {
-            e = cudaGraphLaunch(d->exec, d->s), d->stats[0]++;
+        const int build = !d->exec[1];
+        if (build) rec_build(d), d->stats[1] += d->exec[1] != NULL;
+        if (d->exec[1]) {
+            if (i0 == 0 && d->split) e = cudaGraphLaunch(d->exec[0], d->s);
+            if (e == cudaSuccess) e = cudaGraphLaunch(d->exec[1], d->s), d->stats[0]++;
             if (!build) d->ran = STEP_REPLAYED;
-        } else e = rec_launch_all(d, &d->cur), d->stats[2]++;
+        } else e = rec_launch_range(d, &d->cur, i0, d->cur.n), d->stats[2]++;
     } else if (e == cudaSuccess && d->cur.n) {
-        if (d->exec) cudaGraphExecDestroy(d->exec), d->exec = NULL;
-        e = rec_launch_all(d, &d->cur), d->stats[2]++;
+        rec_drop(d);
+        e = rec_launch_range(d, &d->cur, i0, d->cur.n), d->stats[2]++;
         if (d->last.n && ++d->misses >= MISSES) d->pause = PAUSE_STEPS, d->misses = 0;
         const cu_recording t = d->last;
         d->last = d->cur, d->cur = t;
     }
-    d->cur.n = 0, d->cur.used = 0;
+    d->cur.n = 0, d->cur.used = 0, d->ran_n = 0;
+    var_reset(d);
     return e;
 }
 
@@ -276,25 +342,32 @@ static void auto_step(gp_cu *d, double dt) {
 extern "C" int gp_cu_recording(gp_cu *d) { return d->rec; }
 
 extern "C" void *gp_cu_var(gp_cu *d, const void *src, size_t bytes) {
+    if (!d->rec) return NULL;
+    for (int i = 0; i < d->n_var; i++) /* the same values again (every layer's positions): the same address */
+        if (d->var_len[i] == bytes && !memcmp(d->var_h + d->var_off[i], src, bytes)) return d->var_d + d->var_off[i];
     const size_t off = align_up(d->var_used, 16);
-    if (!d->rec || off + bytes > d->var_cap) return NULL;
+    if (off + bytes > d->var_cap) return NULL;
     memcpy(d->var_h + off, src, bytes);
     d->var_used = off + bytes;
+    if (d->n_var < VAR_SLOTS) d->var_off[d->n_var] = (uint32_t)off, d->var_len[d->n_var++] = (uint32_t)bytes;
     return d->var_d + off;
 }
 
-/* Stops recording: what was recorded runs now, launch by launch (it is not compared with the last step). */
+/* Stops recording: what was recorded and does not run yet runs now, launch by launch (it is not compared with the
+ * last step). */
 static void rec_abort(gp_cu *d) {
     if (!d->rec) return;
     d->rec = 0;
-    if (d->var_used) cudaMemcpyAsync(d->var_d, d->var_h, d->var_used, cudaMemcpyHostToDevice, d->s);
-    rec_launch_all(d, &d->cur);
-    d->var_used = 0, d->cur.n = 0, d->cur.used = 0;
+    var_upload(d);
+    rec_launch_range(d, &d->cur, d->ran_n, d->cur.n);
+    d->cur.n = 0, d->cur.used = 0, d->ran_n = 0;
+    var_reset(d);
 }
 
 extern "C" int gp_cu_rec_begin(gp_cu *d, const void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                unsigned by, unsigned bz, size_t shmem, size_t arg_bytes, unsigned nparams) {
     cu_recording *c = &d->cur;
+    rec_head(d);
     if (nparams > REC_MAX_PARAMS || rec_room(c, arg_bytes)) {
         rec_abort(d); /* the caller launches this one directly, after the recorded ones */
         return -1;
@@ -384,7 +457,7 @@ extern "C" void gp_cu_close(gp_cu *d) {
     rec_abort(d);
     cudaStreamSynchronize(d->s);
     cudaStreamDestroy(d->s);
-    if (d->exec) cudaGraphExecDestroy(d->exec);
+    rec_drop(d);
     rec_free(&d->cur);
     rec_free(&d->last);
     cudaFreeHost(d->var_h);
