@@ -4,6 +4,7 @@
 Build the diagnostic binary here:   make cuda CUDA_ARCH="-gencode arch=compute_90a,code=sm_90a -DGP_CU_TRACE"
 Run it on the GPU machine:           GENPARITY_CUDA_GRAPH=0 GP_CU_TRACE_FILE=t.txt genparity bench --device cuda \\
                                          -m M -p 0 -n 200 -r 1 --compute f32
+                                     (GENPARITY_CUDA_GRAPH=1: steps as graphs, each replay logging its launches)
 Read it:                             python3 tools/cuda_timeline.py t.txt [--steps]
 
 Each line of the trace is one launch: index, blocks, the first and the last time (ns, the GPU's global timer) a block

@@ -400,18 +400,29 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
 }
 
 /* The new key of kv head kvh (decode with the rope inside) by one warp: rotated in kb [head_dim] (shared memory)
- * at position p as gp_cu_rope_qk does it (freq: the inverse frequencies), then stored with its value at row r0 of
- * the cache's float rows and at the staged rows ks, vs (the split's row of position p, which stage_split skipped). */
+ * at position p as gp_cu_rope_qk does it (kn: the key norm's weights; cs: the angles' rope_cs values at p), then
+ * stored with its value at row r0 of the cache's float rows and at the staged rows ks, vs (the split's row of
+ * position p, which stage_split skipped). */
 __device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, int32_t p, int32_t r0, float *kb, float *ks,
-                               float *vs, const float *freq, int bf) {
+                               float *vs, const gp_cu_wt &kn, const float2 *cs, int bf) {
     const int lane = threadIdx.x & 31, hd = a.head_dim;
     const size_t o = (size_t)r0 * a.n_kv * hd + (size_t)kvh * hd;
     for (int e = lane; e < hd; e += 32) kb[e] = a.rk[(size_t)kvh * hd + e];
-    rope_head_warp(kb, hd, a.kn, a.eps, a.plus_one, bf, (float)p, freq);
+    rope_head_warp(kb, hd, kn, a.eps, a.plus_one, bf, (float)p, NULL, cs);
     for (int e = lane; e < hd; e += 32) {
         const float v = a.rv[(size_t)kvh * hd + e];
         a.kf[o + e] = ks[e] = kb[e], a.vf[o + e] = vs[e] = v;
     }
+}
+
+/* The norm weights w [n] widened to float32 into ws (shared memory) by the block, as w again (wt_at reads the same
+ * values; before the wait: nothing writes them); w itself when absent or n = 0. */
+__device__ __forceinline__ gp_cu_wt norm_in(const gp_cu_wt &w, float *ws, int32_t n) {
+    if (!w.data || !n) return w;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ws[i] = wt_at(w.data, w.dtype, i);
+    gp_cu_wt o = w;
+    o.data = ws, o.dtype = GP_CU_F32;
+    return o;
 }
 
 /* atomicAdd(p, 1) with acquire-release semantics at device scope; returns the old value. */
@@ -894,26 +905,28 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     const bool head = warp < pl.G; /* warps past the group's heads only stage */
     const int32_t h = kvh * pl.G + warp;
     float *ks = smem, *vs = ks + SPLIT * pl.ld, *qs = vs + SPLIT * pl.ld + warp * hd;
-    __shared__ float freq[MAX_NE * 16]; /* the rope's inverse frequencies [head_dim / 2], read before the wait */
+    __shared__ float2 cs[MAX_NE * 16]; /* the rope's rope_cs values at position p [head_dim / 2] */
+    __shared__ float nw[2][MAX_NE * 32]; /* the query and key norms' weights [head_dim] widened to float32 */
     desc_to_smem(a, pl, var, &d); /* (var: written before the step's first kernel, so readable before the wait) */
-    for (int i = threadIdx.x; a.rk && i < hd / 2; i += blockDim.x) freq[i] = a.inv_freq[i];
+    const gp_cu_wt qn = norm_in(a.qn, nw[0], a.rk ? hd : 0), kn = norm_in(a.kn, nw[1], a.rk ? hd : 0);
     __syncthreads();
     const int32_t p = d.pos0, j0 = split_id(d, b) * SPLIT;
-    /* the rope inside (a.rk): the held rows are earlier steps' (staged before the wait for the kernel that writes q,
-     * k, v); then every block rotates its heads' queries, the block of the split holding p the new key.  (One call
-     * site of stage_split: each one is a large share of the kernel's code.) */
+    /* the rope inside (a.rk): its angles and the held rows, which are earlier steps', before the wait for the kernel
+     * that writes q, k, v; then every block rotates its heads' queries, the block of the split holding p the new
+     * key.  (One call site of stage_split: each one is a large share of the kernel's code.) */
     const bool early = a.rk != NULL;
+    for (int i = threadIdx.x; early && i < hd / 2; i += blockDim.x) cs[i] = rope_cs(i, (float)p, a.inv_freq, pl.bf);
     if (!early) pdl_enter();
     stage_split<STAGE_BATCH, MMA>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early ? p : -1);
-    if (early) pdl_enter();
+    if (early) __syncthreads(), pdl_enter(); /* (cs written) */
     for (int32_t w = warp; w < pl.G; w += blockDim.x >> 5) { /* (the tensor-core path: 8 warps for up to 16 heads) */
         float *qw = vs + SPLIT * pl.ld + w * hd;
         for (int e = lane; e < hd; e += 32) qw[e] = a.q[(size_t)(kvh * pl.G + w) * hd + e];
-        if (early) rope_head_warp(qw, hd, a.qn, a.eps, a.plus_one, pl.bf, (float)p, freq);
+        if (early) rope_head_warp(qw, hd, qn, a.eps, a.plus_one, pl.bf, (float)p, NULL, cs);
     }
     if (early && j0 <= p && p < j0 + SPLIT && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
         rope_store_key(a, kvh, p, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
-                       freq, pl.bf);
+                       kn, cs, pl.bf);
     __syncthreads();
     if constexpr (MMA) {
         decode_mma<NE, CL>(a, pl, vs + SPLIT * pl.ld, ks, vs, held, j0, p, kvh, ns);

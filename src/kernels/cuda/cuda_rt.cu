@@ -78,8 +78,9 @@ enum { PHASE_TIME_LAUNCHES, PHASE_TIME_GRAPHS, PHASE_GRAPHS, PHASE_LAUNCHES };
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* The head of a step of n launches that runs while the host records the rest: an eighth of them, from 16 on
- * ($GP_CU_HEAD = k: k launches, 0 none; read when graphs are built: a switch for tests and measurements). */
+/* The head of a step of n launches, which runs while the host records the rest: an eighth of them, none under 16
+ * ($GP_CU_HEAD = k: k launches, 0 none; read when graphs are built: a switch for tests and measurements).  (Heads
+ * ending before an attention launch were measured: the seam between the two graphs cost more there.) */
 static int split_of(int n) {
     const char *h = getenv("GP_CU_HEAD");
     const int k = h ? atoi(h) : n >= 16 ? n / 8 : 0;
@@ -112,7 +113,7 @@ static void rec_free(cu_recording *c) {
 #ifdef GP_CU_TRACE
 /* The launch log of a diagnostic build (GP_CU_TRACE, cuda_launch.cuh): kernel and block count of each launch when
  * $GP_CU_TRACE_FILE is set, written there with the first and last pass of its blocks at exit (tools/cuda_timeline.py
- * reads it; launches one by one: GENPARITY_CUDA_GRAPH=0).  Never built into the library. */
+ * reads it; graphs or launches one by one, GENPARITY_CUDA_GRAPH=1 or 0).  Never built into the library. */
 static void (*trace_sets[16])(unsigned long long *);
 static int n_trace_sets;
 static unsigned long long *trace_buf;
@@ -159,11 +160,20 @@ static void trace_launch(const void *func, dim3 grid) {
     }
     if (on && n_log < GP_TRACE_CAP) trace_log[n_log].f = func, trace_log[n_log++].blocks = grid.x * grid.y * grid.z;
 }
+static int trace_mute; /* while a graph is captured: its launches are logged each time it is replayed */
+/* Logs launches [i0, i1) of c (a graph of them was just launched). */
+static void trace_range(const cu_recording *c, int i0, int i1) {
+    for (int i = i0; i < i1; i++) trace_launch(c->r[i].func, dim3(c->r[i].g[0], c->r[i].g[1], c->r[i].g[2]));
+}
+#define TRACE_MUTE(on) (trace_mute = (on))
+#else
+#define trace_range(c, i0, i1) ((void)0)
+#define TRACE_MUTE(on) ((void)0)
 #endif
 
 cudaError_t gp_cu_launch(gp_cu *d, const void *func, dim3 grid, dim3 block, size_t shmem, void **args) {
 #ifdef GP_CU_TRACE
-    trace_launch(func, grid);
+    if (!trace_mute) trace_launch(func, grid);
 #endif
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -199,7 +209,9 @@ static cudaError_t rec_capture(gp_cu *d, const cu_recording *c, int i0, int i1, 
     *x = NULL;
     cudaError_t e = cudaStreamBeginCapture(d->s, cudaStreamCaptureModeThreadLocal);
     if (e == cudaSuccess) {
+        TRACE_MUTE(1);
         e = rec_launch_range(d, c, i0, i1);
+        TRACE_MUTE(0);
         const cudaError_t e2 = cudaStreamEndCapture(d->s, &g);
         if (e == cudaSuccess) e = e2;
     }
@@ -214,8 +226,8 @@ static void rec_drop(gp_cu *d) {
         if (d->exec[k]) cudaGraphExecDestroy(d->exec[k]), d->exec[k] = NULL; /* (one in flight is freed after it) */
 }
 
-/* d->exec = the graphs of the step `last`: its head of `split` launches (an eighth of them, from 16 launches on),
- * which the next steps launch as soon as they have recorded it, and the rest; on failure graphs stay off for d. */
+/* d->exec = the graphs of the step `last`: its head of `split` launches (split_of), which the next steps launch as
+ * soon as they have recorded it, and the rest; on failure graphs stay off for d. */
 static void rec_build(gp_cu *d) {
     const int n = d->last.n;
     d->split = split_of(n);
@@ -256,6 +268,7 @@ static void rec_head(gp_cu *d) {
         return;
     cudaError_t e = var_upload(d);
     if (e == cudaSuccess) e = cudaGraphLaunch(d->exec[0], d->s);
+    trace_range(&d->cur, 0, d->split);
     d->ran_n = d->split;
     if (d->early == cudaSuccess) d->early = e;
 }
@@ -276,8 +289,9 @@ static cudaError_t rec_flush(gp_cu *d) {
         const int build = !d->exec[1];
         if (build) rec_build(d), d->stats[1] += d->exec[1] != NULL;
         if (d->exec[1]) {
-            if (i0 == 0 && d->split) e = cudaGraphLaunch(d->exec[0], d->s);
+            if (i0 == 0 && d->split) e = cudaGraphLaunch(d->exec[0], d->s), trace_range(&d->cur, 0, d->split);
             if (e == cudaSuccess) e = cudaGraphLaunch(d->exec[1], d->s), d->stats[0]++;
+            trace_range(&d->cur, d->split, d->cur.n);
             if (!build) d->ran = STEP_REPLAYED;
         } else e = rec_launch_range(d, &d->cur, i0, d->cur.n), d->stats[2]++;
     } else if (e == cudaSuccess && d->cur.n) {
