@@ -400,15 +400,15 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
 }
 
 /* The new key of kv head kvh (decode with the rope inside) by one warp: rotated in kb [head_dim] (shared memory)
- * at position p as gp_cu_rope_qk does it (kn: the key norm's weights; cs: the angles' rope_cs values at p), then
- * stored with its value at row r0 of the cache's float rows and at the staged rows ks, vs (the split's row of
- * position p, which stage_split skipped). */
-__device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, int32_t p, int32_t r0, float *kb, float *ks,
+ * as gp_cu_rope_qk does it (kn: the key norm's weights; cs: rope_angles at its position), then stored with its
+ * value at row r0 of the cache's float rows and at the staged rows ks, vs (the split's row of its position, which
+ * stage_split skipped). */
+__device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, int32_t r0, float *kb, float *ks,
                                float *vs, const gp_cu_wt &kn, const float2 *cs, int bf) {
     const int lane = threadIdx.x & 31, hd = a.head_dim;
     const size_t o = (size_t)r0 * a.n_kv * hd + (size_t)kvh * hd;
     for (int e = lane; e < hd; e += 32) kb[e] = a.rk[(size_t)kvh * hd + e];
-    rope_head_warp(kb, hd, kn, a.eps, a.plus_one, bf, (float)p, NULL, cs);
+    rope_head_warp(kb, hd, kn, a.eps, a.plus_one, bf, cs);
     for (int e = lane; e < hd; e += 32) {
         const float v = a.rv[(size_t)kvh * hd + e];
         a.kf[o + e] = ks[e] = kb[e], a.vf[o + e] = vs[e] = v;
@@ -915,17 +915,17 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
      * that writes q, k, v; then every block rotates its heads' queries, the block of the split holding p the new
      * key.  (One call site of stage_split: each one is a large share of the kernel's code.) */
     const bool early = a.rk != NULL;
-    for (int i = threadIdx.x; early && i < hd / 2; i += blockDim.x) cs[i] = rope_cs(i, (float)p, a.inv_freq, pl.bf);
+    if (early) rope_angles(cs, hd / 2, (float)p, a.inv_freq, pl.bf);
     if (!early) pdl_enter();
     stage_split<STAGE_BATCH, MMA>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early ? p : -1);
     if (early) __syncthreads(), pdl_enter(); /* (cs written) */
     for (int32_t w = warp; w < pl.G; w += blockDim.x >> 5) { /* (the tensor-core path: 8 warps for up to 16 heads) */
         float *qw = vs + SPLIT * pl.ld + w * hd;
         for (int e = lane; e < hd; e += 32) qw[e] = a.q[(size_t)(kvh * pl.G + w) * hd + e];
-        if (early) rope_head_warp(qw, hd, qn, a.eps, a.plus_one, pl.bf, (float)p, NULL, cs);
+        if (early) rope_head_warp(qw, hd, qn, a.eps, a.plus_one, pl.bf, cs);
     }
     if (early && j0 <= p && p < j0 + SPLIT && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
-        rope_store_key(a, kvh, p, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
+        rope_store_key(a, kvh, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
                        kn, cs, pl.bf);
     __syncthreads();
     if constexpr (MMA) {

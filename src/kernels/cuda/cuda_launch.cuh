@@ -272,6 +272,11 @@ __device__ __forceinline__ float2 rope_cs(int i, float p, const float *inv_freq,
     return bf ? make_float2(bf16r(c), bf16r(s)) : make_float2(c, s);
 }
 
+/* cs [half] = rope_cs of every angle at position p, by the block's threads (the caller synchronizes the block). */
+__device__ __forceinline__ void rope_angles(float2 *cs, int half, float p, const float *inv_freq, int bf) {
+    for (int i = threadIdx.x; i < half; i += blockDim.x) cs[i] = rope_cs(i, p, inv_freq, bf);
+}
+
 /* Rotates the pair (v[i], v[i + half]) of a head by cs = rope_cs(i, ..): each product and the sum rounded apart, as
  * the CPU's ISO C (no fused multiply-add, so the bits do not depend on where the compiler finds cs); bf16 mode as
  * the CPU op: each product and the sum rounded to bf16. */
@@ -287,10 +292,9 @@ __device__ __forceinline__ void rotate_pair(float *v, int i, int half, float2 cs
 }
 
 /* One head x [hd] by one warp, as gp_cu_rope_qk does it: RMS-normalized by the weight g when given (with the order of
- * a block of rms_threads(hd) threads: rmsnorm's bits), then rotated at position p (cs: the angles' rope_cs values, or
- * NULL to compute them here). */
+ * a block of rms_threads(hd) threads: rmsnorm's bits), then rotated by cs (rope_angles at its position). */
 __device__ __forceinline__ void rope_head_warp(float *x, int32_t hd, const gp_cu_wt &g, float eps, int plus_one,
-                                               int bf, float p, const float *inv_freq, const float2 *cs = NULL) {
+                                               int bf, const float2 *cs) {
     const int lane = threadIdx.x & 31;
     __syncwarp();
     if (g.data) {
@@ -298,7 +302,7 @@ __device__ __forceinline__ void rope_head_warp(float *x, int32_t hd, const gp_cu
         for (int i = lane; i < hd; i += 32) x[i] = rms_val(x[i], inv, wt_at(g.data, g.dtype, i), plus_one, bf);
         __syncwarp();
     }
-    for (int i = lane; i < hd / 2; i += 32) rotate_pair(x, i, hd / 2, cs ? cs[i] : rope_cs(i, p, inv_freq, bf), bf);
+    for (int i = lane; i < hd / 2; i += 32) rotate_pair(x, i, hd / 2, cs[i], bf);
     __syncwarp();
 }
 

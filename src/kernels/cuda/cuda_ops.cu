@@ -45,12 +45,12 @@ __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int3
     extern __shared__ float2 cs[]; /* [hd / 2] */
     const int32_t t = blockIdx.x, half = hd / 2, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const float p = (float)(pos0 + t);
-    for (int i = threadIdx.x; i < half; i += blockDim.x) cs[i] = rope_cs(i, p, inv_freq, bf);
+    rope_angles(cs, half, p, inv_freq, bf);
     __syncthreads();
     const size_t kvd = (size_t)nkv * hd;
     for (int32_t h = threadIdx.x >> 5; h < nh + nkv; h += nw) {
         float *x = h < nh ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + (h - nh)) * hd;
-        rope_head_warp(x, hd, h < nh ? qn : kn, eps, plus_one, bf, p, inv_freq, cs);
+        rope_head_warp(x, hd, h < nh ? qn : kn, eps, plus_one, bf, cs);
         if (!kf || h < nh) continue;
         const size_t o = (size_t)(r0 + t) * kvd + (size_t)(h - nh) * hd, src = (size_t)t * kvd + (size_t)(h - nh) * hd;
         for (int i = lane; i < hd; i += 32) kf[o + i] = x[i], vf[o + i] = v[src + i];

@@ -44,7 +44,7 @@ struct gp_cu {
     double t0, t_sum[2];   /* GRAPHS_AUTO: when the step began (us); the timed launched and replayed steps' time */
     int n_t[2];            /* GRAPHS_AUTO: how many of each were timed */
     cu_recording cur, last;
-    cudaGraphExec_t exec[2]; /* built from `last` when a step repeated it (launches [0, split), [split, n)), else NULL */
+    cudaGraphExec_t exec[2]; /* from `last` when a step repeated it (launches [0, split), [split, n)), else NULL */
     int split;             /* the launches of exec[0]: the head of a step launched while the host records the rest */
     int ran_n;             /* launches of the step being recorded that already run (0 or split) */
     cudaError_t early;     /* the error of the head's launch, reported by the sync */
