@@ -221,14 +221,14 @@ __device__ __forceinline__ void pv_shared(float *pb, const float (*pr)[2], const
  * l[q] (the sum of exponentials) and acc[q][k] (unnormalized output element lane + 32 k, k < NE).  Every pair's
  * arithmetic is the one-pair computation's (the pairs share the key and value reads and interleave their
  * dependent chains); p[q] < 0: no pair. */
-template <int Q, int NE, int PV_BATCH>
+template <int Q, int NE, int PV_BATCH, bool PLAIN = false>
 __device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan &pl, const float *const *qs,
                                            const float *ks, const float *vs, const uint8_t *held, int32_t j0,
                                            const int32_t *p, int *seen, float *m, float *l, float (*acc)[NE],
                                            float *pb = NULL) {
     const int lane = threadIdx.x & 31, hd = a.head_dim, ld = pl.ld;
     /* bf16 mode without soft-capping: sdpa's flash softmax, p = 2^(score * scale * log2 e - max * scale * log2 e) */
-    const bool flash = pl.bf && a.softcap <= 0;
+    const bool bf = !PLAIN && pl.bf, flash = bf && a.softcap <= 0; /* PLAIN: float32, no soft-capping */
     const float sl2 = a.scale * 1.4426950408889634f;
     float sc[Q][2], dot[Q][2];
     bool vis[Q][2];
@@ -267,7 +267,9 @@ __device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan 
             float s = -INFINITY;
             if (vis[q][h]) {
                 s = flash ? dot[q][h] : dot[q][h] * a.scale; /* flash: the raw score, scaled inside the exponent */
-                if (a.softcap > 0) s = tanhf(s / a.softcap) * a.softcap;
+                if constexpr (!PLAIN) {
+                    if (a.softcap > 0) s = tanhf(s / a.softcap) * a.softcap;
+                }
             }
             sc[q][h] = s;
         }
@@ -288,7 +290,7 @@ __device__ __forceinline__ void split_warp(const gp_cu_attn &a, const attn_plan 
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float e = !vis[q][h] ? 0.0f : flash ? ex2_approx(fmaf(sc[q][h], sl2, -msl2)) : expf(sc[q][h] - mx);
-            pr[q][h] = pl.bf ? bf16r(e) : e; /* bf16 mode (sdpa): p rounded for p·v, the sum of the float32 values */
+            pr[q][h] = bf ? bf16r(e) : e; /* bf16 mode (sdpa): p rounded for p·v, the sum of the float32 values */
             sum += e;
         }
         l[q] = warp_sum(sum);
@@ -895,7 +897,7 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
  * CL > 0 (attn_cluster_kernel: the kv head's splits are one thread-block cluster of CL blocks, those past the
  * call's splits seeing no key): the partials stay in shared memory and block 0 folds them through distributed
  * shared memory, with the same loads and arithmetic. */
-template <int STAGE_BATCH, int NE, int CL, bool MMA>
+template <int STAGE_BATCH, int NE, int CL, bool MMA, bool PLAIN>
 __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_plan &pl, const attn_var *var) {
     extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] (, the new key [hd]) */
     __shared__ attn_desc_sm d;
@@ -935,7 +937,8 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     float m, l, acc[1][NE];
     const int32_t pq = head ? p : -1;
     int seen;
-    split_warp<1, NE, STAGE_BATCH == 1 ? 2 : NE <= 4 ? 8 : 4>(a, pl, &qs, ks, vs, held, j0, &pq, &seen, &m, &l, acc);
+    constexpr int PV = STAGE_BATCH == 1 ? 2 : NE <= 4 ? 8 : 4;
+    split_warp<1, NE, PV, PLAIN>(a, pl, &qs, ks, vs, held, j0, &pq, &seen, &m, &l, acc);
     if (ns == 1) { /* the only split: folded in registers as the chunk kernel does, no partials */
         float M = -INFINITY, L = 0.0f, O[NE];
 #pragma unroll
@@ -954,18 +957,21 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     fold_if_last(a, pl, kvh, ns);
 }
 
-/* Decode (MMA: on tensor cores, blocks of 8 warps for any G up to 16). */
-template <int STAGE_BATCH, int NE, bool MMA>
+/* Decode (MMA: on tensor cores, blocks of 8 warps for any G up to 16; PLAIN: the float32 mode without soft-capping,
+ * compiled with those known: the same arithmetic in less code, which a decode step fetches cold every launch). */
+template <int STAGE_BATCH, int NE, bool MMA, bool PLAIN = false>
 __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024)
     attn_split_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
-    split_decode<STAGE_BATCH, NE, 0, MMA>(a, pl, var);
+    if (PLAIN) pl.bf = 0; /* (0 already: now known to the compiler, which drops the bf16 paths) */
+    split_decode<STAGE_BATCH, NE, 0, MMA, PLAIN>(a, pl, var);
 }
 
 /* Decode with 2 to 8 splits and up to 8 query heads per kv head: grid (CL, kv heads), clusters of CL blocks. */
-template <int NE, int CL, bool MMA>
+template <int NE, int CL, bool MMA, bool PLAIN = false>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256)
     attn_cluster_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
-    split_decode<8, NE, CL, MMA>(a, pl, var);
+    if (PLAIN) pl.bf = 0; /* (as attn_split_kernel) */
+    split_decode<8, NE, CL, MMA, PLAIN>(a, pl, var);
 }
 
 /* A chunk of queries: grid (kv heads, query tiles); a tile is qt queries x the G heads of kv head kvh, pairs
@@ -1059,20 +1065,28 @@ extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
 
 typedef void (*attn_kernel)(gp_cu_attn, attn_plan, const attn_var *);
 
-/* attn_cluster_kernel<NE, CL, MMA> by [MMA][NE 2, 4, 8][CL 2, 4, 8 as CL >> 2] (the tensor-core path: NE <= 4) */
-static const attn_kernel cluster_kernels[2][3][3] = {
+/* attn_cluster_kernel<NE, CL, MMA, PLAIN> by [MMA, or 2 = PLAIN][NE 2, 4, 8][CL 2, 4, 8 as CL >> 2] (the
+ * tensor-core path: NE <= 4) */
+static const attn_kernel cluster_kernels[3][3][3] = {
     {{attn_cluster_kernel<2, 2, false>, attn_cluster_kernel<2, 4, false>, attn_cluster_kernel<2, 8, false>},
      {attn_cluster_kernel<4, 2, false>, attn_cluster_kernel<4, 4, false>, attn_cluster_kernel<4, 8, false>},
      {attn_cluster_kernel<8, 2, false>, attn_cluster_kernel<8, 4, false>, attn_cluster_kernel<8, 8, false>}},
     {{attn_cluster_kernel<2, 2, true>, attn_cluster_kernel<2, 4, true>, attn_cluster_kernel<2, 8, true>},
      {attn_cluster_kernel<4, 2, true>, attn_cluster_kernel<4, 4, true>, attn_cluster_kernel<4, 8, true>},
-     {NULL, NULL, NULL}}};
+     {NULL, NULL, NULL}},
+    {{attn_cluster_kernel<2, 2, false, true>, attn_cluster_kernel<2, 4, false, true>,
+      attn_cluster_kernel<2, 8, false, true>},
+     {attn_cluster_kernel<4, 2, false, true>, attn_cluster_kernel<4, 4, false, true>,
+      attn_cluster_kernel<4, 8, false, true>},
+     {attn_cluster_kernel<8, 2, false, true>, attn_cluster_kernel<8, 4, false, true>,
+      attn_cluster_kernel<8, 8, false, true>}}};
 
-/* attn_split_kernel by [MMA or G <= 8 (STAGE_BATCH 8), G > 8 (1)][NE 2, 4, 8] */
-static const attn_kernel split_kernels[3][3] = {
+/* attn_split_kernel by [G <= 8 (STAGE_BATCH 8), G > 8 (1), MMA, PLAIN with G <= 8][NE 2, 4, 8] */
+static const attn_kernel split_kernels[4][3] = {
     {attn_split_kernel<8, 2, false>, attn_split_kernel<8, 4, false>, attn_split_kernel<8, 8, false>},
     {attn_split_kernel<1, 2, false>, attn_split_kernel<1, 4, false>, attn_split_kernel<1, 8, false>},
-    {attn_split_kernel<8, 2, true>, attn_split_kernel<8, 4, true>, NULL}};
+    {attn_split_kernel<8, 2, true>, attn_split_kernel<8, 4, true>, NULL},
+    {attn_split_kernel<8, 2, false, true>, attn_split_kernel<8, 4, false, true>, attn_split_kernel<8, 8, false, true>}};
 
 extern "C" int gp_cu_attn_prepare(void) {
     const void *ks[] = {(const void *)attn_chunk_kernel<4, 2>, (const void *)attn_chunk_kernel<4, 4>,
@@ -1125,14 +1139,17 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
     if (!a->count || a->n_kv > GP_CU_ATTN_MAX_KV) return (int)cudaErrorInvalidValue;
     const int mma = attn_mma(a, &pl), ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
+    static const int plain_on = getenv("GP_CU_ATTN_PLAIN") ? atoi(getenv("GP_CU_ATTN_PLAIN")) : 1;
+    const int plain = plain_on && !pl.bf && a->softcap <= 0; /* (then not mma) */
     const dim3 grid((unsigned)ns, (unsigned)a->n_kv), blk(32 * (pl.G < 8 || mma ? 8 : pl.G));
     gp_cu_attn c = *a;
     attn_plan pc = pl;
     const attn_var *var = step_var(d, &c, &pc);
     if (pl.G <= 8 && ns >= 2 && ns <= 8) { /* one cluster of 2, 4 or 8 blocks per kv head */
         const int cl = ns <= 2 ? 2 : ns <= 4 ? 4 : 8;
-        launch(cluster_kernels[mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh, d, c, pc, var);
-    } else launch(split_kernels[mma ? 2 : pl.G <= 8 ? 0 : 1][ne], grid, blk, sh, d, c, pc, var);
+        launch(cluster_kernels[plain ? 2 : mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh, d, c,
+               pc, var);
+    } else launch(split_kernels[mma ? 2 : pl.G > 8 ? 1 : plain ? 3 : 0][ne], grid, blk, sh, d, c, pc, var);
     return (int)cudaGetLastError();
 }
 
