@@ -370,35 +370,36 @@ __device__ __forceinline__ int32_t split_id(const attn_desc_sm &d, int32_t b) {
 }
 
 /* Folds the ns partials of one (query, head) in order into out (a warp): ld(b, i) is float i of partial b (m, l,
- * acc [hd]), FOLD_BATCH splits' loads in flight together. */
+ * acc [hd], hd <= 32 NE), FOLD_BATCH splits' loads in flight together. */
 #define FOLD_BATCH 4
-template <typename Load>
+template <int NE, typename Load>
 __device__ __forceinline__ void fold_parts_by(int32_t ns, int32_t hd, float *out, int bf, Load ld) {
     const int lane = threadIdx.x & 31;
-    float M = -INFINITY, L = 0.0f, O[MAX_NE];
+    float M = -INFINITY, L = 0.0f, O[NE];
 #pragma unroll
-    for (int k = 0; k < MAX_NE; k++) O[k] = 0.0f;
+    for (int k = 0; k < NE; k++) O[k] = 0.0f;
     for (int32_t b0 = 0; b0 < ns; b0 += FOLD_BATCH) {
-        float ms[FOLD_BATCH], ls[FOLD_BATCH], accs[FOLD_BATCH][MAX_NE];
+        float ms[FOLD_BATCH], ls[FOLD_BATCH], accs[FOLD_BATCH][NE];
 #pragma unroll
         for (int u = 0; u < FOLD_BATCH; u++) {
             const bool in = b0 + u < ns;
             ms[u] = in ? ld(b0 + u, 0) : -INFINITY;
             ls[u] = in ? ld(b0 + u, 1) : 0.0f;
 #pragma unroll
-            for (int k = 0; k < MAX_NE; k++)
+            for (int k = 0; k < NE; k++)
                 accs[u][k] = in && lane + 32 * k < hd ? ld(b0 + u, 2 + lane + 32 * k) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < FOLD_BATCH; u++)
-            if (ms[u] != -INFINITY) fold(M, L, O, ms[u], ls[u], accs[u]);
+            if (ms[u] != -INFINITY) fold<NE>(M, L, O, ms[u], ls[u], accs[u]);
     }
-    finish_out(out, hd, L, O, bf);
+    finish_out<NE>(out, hd, L, O, bf);
 }
 
 /* fold_parts_by over part [ns][hd + 2] in global memory (written by other blocks of this kernel: read from L2). */
+template <int NE>
 __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out, int bf) {
-    fold_parts_by(ns, hd, out, bf, [&](int32_t b, int32_t i) { return __ldcg(part + (size_t)b * (hd + 2) + i); });
+    fold_parts_by<NE>(ns, hd, out, bf, [&](int32_t b, int32_t i) { return __ldcg(part + (size_t)b * (hd + 2) + i); });
 }
 
 /* The new key of kv head kvh (decode with the rope inside) by one warp: rotated in kb [head_dim] (shared memory)
@@ -410,7 +411,7 @@ __device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, int32_t r0, flo
     const int lane = threadIdx.x & 31, hd = a.head_dim;
     const size_t o = (size_t)r0 * a.n_kv * hd + (size_t)kvh * hd;
     for (int e = lane; e < hd; e += 32) kb[e] = a.rk[(size_t)kvh * hd + e];
-    rope_head_warp(kb, hd, kn, a.eps, a.plus_one, bf, cs);
+    rope_head_warp<true>(kb, hd, kn, a.eps, a.plus_one, bf, cs); /* (kn: norm_in's float32 weights) */
     for (int e = lane; e < hd; e += 32) {
         const float v = a.rv[(size_t)kvh * hd + e];
         a.kf[o + e] = ks[e] = kb[e], a.vf[o + e] = vs[e] = v;
@@ -800,6 +801,7 @@ __global__ void __launch_bounds__(32 * MMA_WARPS) attn_mma_chunk_kernel(gp_cu_at
 
 /* After this block's partials are written to part: the last block of kv head kvh to finish (a ticket: which block
  * folds varies, the fold's order does not) folds every head's ns partials in order, a warp a head. */
+template <int NE>
 __device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_plan &pl, int32_t kvh, int32_t ns) {
     __shared__ int last;
     /* the ticket: a release of the block's partials (the barrier orders them before it) and, for the last block, an
@@ -812,13 +814,13 @@ __device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_pla
     const int32_t hd = a.head_dim;
     for (int32_t w = threadIdx.x >> 5; w < pl.G; w += blockDim.x >> 5) {
         const int32_t h = kvh * pl.G + w;
-        fold_parts(a.part + (size_t)h * ns * (hd + 2), ns, hd, a.out + (size_t)h * hd, pl.bf);
+        fold_parts<NE>(a.part + (size_t)h * ns * (hd + 2), ns, hd, a.out + (size_t)h * hd, pl.bf);
     }
 }
 
 /* A cluster of CL blocks (the kv head's splits): block 0 folds the partials ps [G][...] every block wrote to its
  * shared memory, a warp a head, through distributed shared memory (fold_parts' loads and arithmetic). */
-template <int CL>
+template <int CL, int NE>
 __device__ __forceinline__ void fold_cluster(const gp_cu_attn &a, const attn_plan &pl, int32_t kvh, float *ps,
                                              int32_t stride) {
     namespace cg = cooperative_groups;
@@ -826,7 +828,7 @@ __device__ __forceinline__ void fold_cluster(const gp_cu_attn &a, const attn_pla
     cluster.sync(); /* every block's partials written and visible to the cluster */
     const int warp = threadIdx.x >> 5;
     if (blockIdx.x == 0 && warp < pl.G)
-        fold_parts_by(CL, a.head_dim, a.out + (size_t)(kvh * pl.G + warp) * a.head_dim, pl.bf,
+        fold_parts_by<NE>(CL, a.head_dim, a.out + (size_t)(kvh * pl.G + warp) * a.head_dim, pl.bf,
                       [&](int32_t r, int32_t i) { return cluster.map_shared_rank(ps + warp * stride, (int)r)[i]; });
     cluster.sync(); /* no block leaves (its shared memory) before block 0 has read it */
 }
@@ -879,14 +881,14 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
 #pragma unroll
         for (int r = 0; r < 2; r++)
             if (row[r] < pl.G) put_frag<NT>(part[row[r]], seen[r], m[r], l[r], acc[r], hd, warp, 8);
-        fold_cluster<CL>(a, pl, kvh, &part[0][0], 32 * NE + 2);
+        fold_cluster<CL, NE>(a, pl, kvh, &part[0][0], 32 * NE + 2);
     } else {
 #pragma unroll
         for (int r = 0; r < 2; r++)
             if (row[r] < pl.G)
                 put_frag<NT>(a.part + ((size_t)(kvh * pl.G + row[r]) * ns + blockIdx.x) * (hd + 2), seen[r], m[r],
                              l[r], acc[r], hd, warp, 8);
-        fold_if_last(a, pl, kvh, ns);
+        fold_if_last<NE>(a, pl, kvh, ns);
     }
 }
 
@@ -924,7 +926,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     for (int32_t w = warp; w < pl.G; w += blockDim.x >> 5) { /* (the tensor-core path: 8 warps for up to 16 heads) */
         float *qw = vs + SPLIT * pl.ld + w * hd;
         for (int e = lane; e < hd; e += 32) qw[e] = a.q[(size_t)(kvh * pl.G + w) * hd + e];
-        if (early) rope_head_warp(qw, hd, qn, a.eps, a.plus_one, pl.bf, cs);
+        if (early) rope_head_warp<true>(qw, hd, qn, a.eps, a.plus_one, pl.bf, cs); /* (qn: norm_in's float32) */
     }
     if (early && j0 <= p && p < j0 + SPLIT && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
         rope_store_key(a, kvh, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
@@ -950,19 +952,26 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     if constexpr (CL > 0) {
         __shared__ float ps[8][32 * NE + 2]; /* this block's partials, one per head of the group (G <= 8) */
         if (head) put_part<NE>(ps[warp], seen, m, l, acc[0], hd);
-        fold_cluster<CL>(a, pl, kvh, &ps[0][0], 32 * NE + 2);
+        fold_cluster<CL, NE>(a, pl, kvh, &ps[0][0], 32 * NE + 2);
         return;
     }
     if (head) put_part<NE>(a.part + ((size_t)h * ns + b) * (hd + 2), seen, m, l, acc[0], hd);
-    fold_if_last(a, pl, kvh, ns);
+    fold_if_last<NE>(a, pl, kvh, ns);
 }
 
-/* Decode (MMA: on tensor cores, blocks of 8 warps for any G up to 16; PLAIN: the float32 mode without soft-capping,
- * compiled with those known: the same arithmetic in less code, which a decode step fetches cold every launch). */
+/* PLAIN: the float32 mode without soft-capping and head_dim = 32 NE, compiled with those known (the values a call
+ * already has, now constants to the compiler, which drops the bf16 paths and the loops' bounds): the same arithmetic
+ * in less code and fewer jumps, which a decode step fetches cold every launch. */
+template <int NE, bool PLAIN>
+__device__ __forceinline__ void plain_case(gp_cu_attn &a, attn_plan &pl) {
+    if (PLAIN) pl.bf = 0, a.head_dim = 32 * NE, pl.ld = 32 * NE + 4;
+}
+
+/* Decode (MMA: on tensor cores, blocks of 8 warps for any G up to 16; PLAIN: plain_case). */
 template <int STAGE_BATCH, int NE, bool MMA, bool PLAIN = false>
 __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024)
     attn_split_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
-    if (PLAIN) pl.bf = 0; /* (0 already: now known to the compiler, which drops the bf16 paths) */
+    plain_case<NE, PLAIN>(a, pl);
     split_decode<STAGE_BATCH, NE, 0, MMA, PLAIN>(a, pl, var);
 }
 
@@ -970,7 +979,7 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024)
 template <int NE, int CL, bool MMA, bool PLAIN = false>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256)
     attn_cluster_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
-    if (PLAIN) pl.bf = 0; /* (as attn_split_kernel) */
+    plain_case<NE, PLAIN>(a, pl);
     split_decode<8, NE, CL, MMA, PLAIN>(a, pl, var);
 }
 
@@ -1140,7 +1149,7 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     if (!a->count || a->n_kv > GP_CU_ATTN_MAX_KV) return (int)cudaErrorInvalidValue;
     const int mma = attn_mma(a, &pl), ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
     static const int plain_on = getenv("GP_CU_ATTN_PLAIN") ? atoi(getenv("GP_CU_ATTN_PLAIN")) : 1;
-    const int plain = plain_on && !pl.bf && a->softcap <= 0; /* (then not mma) */
+    const int plain = plain_on && !pl.bf && a->softcap <= 0 && hd == 64 << ne; /* (plain_case; then not mma) */
     const dim3 grid((unsigned)ns, (unsigned)a->n_kv), blk(32 * (pl.G < 8 || mma ? 8 : pl.G));
     gp_cu_attn c = *a;
     attn_plan pc = pl;

@@ -292,14 +292,17 @@ __device__ __forceinline__ void rotate_pair(float *v, int i, int half, float2 cs
 }
 
 /* One head x [hd] by one warp, as gp_cu_rope_qk does it: RMS-normalized by the weight g when given (with the order of
- * a block of rms_threads(hd) threads: rmsnorm's bits), then rotated by cs (rope_angles at its position). */
+ * a block of rms_threads(hd) threads: rmsnorm's bits), then rotated by cs (rope_angles at its position).  F32: g is
+ * stored as float32, whatever g.dtype says (one load path in the code). */
+template <bool F32 = false>
 __device__ __forceinline__ void rope_head_warp(float *x, int32_t hd, const gp_cu_wt &g, float eps, int plus_one,
                                                int bf, const float2 *cs) {
     const int lane = threadIdx.x & 31;
     __syncwarp();
     if (g.data) {
         const float inv = rms_inv_warp(x, hd, rms_threads(hd), eps, bf);
-        for (int i = lane; i < hd; i += 32) x[i] = rms_val(x[i], inv, wt_at(g.data, g.dtype, i), plus_one, bf);
+        for (int i = lane; i < hd; i += 32)
+            x[i] = rms_val(x[i], inv, wt_at(g.data, F32 ? (int)GP_CU_F32 : g.dtype, i), plus_one, bf);
         __syncwarp();
     }
     for (int i = lane; i < hd / 2; i += 32) rotate_pair(x, i, hd / 2, cs[i], bf);
