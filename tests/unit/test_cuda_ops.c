@@ -343,21 +343,21 @@ TEST(cuda_backend_kv_quantizer_gives_the_cpu_bits) {
 }
 
 /* Attention of n queries at positions 300.. over float rows of positions [0, 250), 8-bit rows of [250, 300) and the
- * chunk's staged float rows (window > 0: a sliding window with 4 pinned positions); bits == 0: a float32 cache
- * (every row float) and bf16 values (the bf16 mode's tensor-core path).  Returns out [n, nh, hd] (caller frees);
- * one_by_one: a call per query. */
+ * chunk's staged float rows (window > 0: a sliding window with 4 pinned positions), heads of hd elements; bits == 0:
+ * a float32 cache (every row float) and bf16 values (the bf16 mode's tensor-core path).  Returns out [n, nh, hd]
+ * (caller frees); one_by_one: a call per query. */
 static float *run_attention(int b, int32_t n, int32_t window, float softcap, int one_by_one, int32_t compute,
-                            int32_t bits) {
-    enum { NH = 8, NKV = 2, HD = 64, CAP = 300, POS0 = 300 };
-    const int32_t kvd = NKV * HD;
+                            int32_t bits, int32_t hd) {
+    enum { NH = 8, NKV = 2, CAP = 300, POS0 = 300 };
+    const int32_t kvd = NKV * hd;
     gp_backend *be = g_be[b];
-    gp_ws *ws = mk_ws(be, compute, n, POS0 + n, HD, NH, 0);
+    gp_ws *ws = mk_ws(be, compute, n, POS0 + n, hd, NH, 0);
     gp_kv_rows ck = kv_alloc(be, CAP, kvd, bits, 32), cv = kv_alloc(be, CAP, kvd, bits, 32);
     gp_kv_rows sk = kv_alloc(be, n, kvd, bits, 32), sv = kv_alloc(be, n, kvd, bits, 32);
     float *k = rand_f32((size_t)(CAP + n) * kvd, 21, 2.0f), *v = rand_f32((size_t)(CAP + n) * kvd, 22, 2.0f);
-    float *q = rand_f32((size_t)n * NH * HD, 23, 2.0f);
+    float *q = rand_f32((size_t)n * NH * hd, 23, 2.0f);
     if (!bits) bf16_round(k, (size_t)(CAP + n) * kvd), bf16_round(v, (size_t)(CAP + n) * kvd),
-        bf16_round(q, (size_t)n * NH * HD);
+        bf16_round(q, (size_t)n * NH * hd);
     float *dk = bu_dev_from(be, k, (size_t)(CAP + n) * kvd), *dv = bu_dev_from(be, v, (size_t)(CAP + n) * kvd);
     be->ops->kv_store(ws, &ck, &cv, 0, dk, dv, 250, 0);
     be->ops->kv_store(ws, &ck, &cv, 250, dk + 250 * kvd, dv + 250 * kvd, 50, bits != 0);
@@ -366,18 +366,18 @@ static float *run_attention(int b, int32_t n, int32_t window, float softcap, int
     const gp_kv_seg segs[] = {{0, 250, 0, 0, 0}, {250, 300, 250, 0, bits != 0}, {300, 300 + n, 0, 1, 0}};
     memcpy(d.seg, segs, sizeof segs);
     d.n_seg = 3;
-    float *dq = bu_dev_from(be, q, (size_t)n * NH * HD);
-    float *dout = be->ops->alloc(be, sizeof(float) * n * NH * HD);
+    float *dq = bu_dev_from(be, q, (size_t)n * NH * hd);
+    float *dout = be->ops->alloc(be, sizeof(float) * n * NH * hd);
     gp_attn_args a = {.out = dout, .q = dq, .kv = &d, .n = n, .pos0 = POS0, .n_heads = NH, .n_kv = NKV,
-                      .head_dim = HD, .scale = 0.125f, .softcap = softcap};
+                      .head_dim = hd, .scale = 0.125f, .softcap = softcap};
     if (!one_by_one) be->ops->attention(ws, &a);
     else
         for (int32_t t = 0; t < n; t++) {
             gp_attn_args one = a;
-            one.out = dout + (size_t)t * NH * HD, one.q = dq + (size_t)t * NH * HD, one.n = 1, one.pos0 = POS0 + t;
+            one.out = dout + (size_t)t * NH * hd, one.q = dq + (size_t)t * NH * hd, one.n = 1, one.pos0 = POS0 + t;
             be->ops->attention(ws, &one);
         }
-    float *out = bu_host_of(be, ws, dout, (size_t)n * NH * HD);
+    float *out = bu_host_of(be, ws, dout, (size_t)n * NH * hd);
     kv_free(be, &ck), kv_free(be, &cv), kv_free(be, &sk), kv_free(be, &sv);
     be->ops->dealloc(be, dk), be->ops->dealloc(be, dv), be->ops->dealloc(be, dq), be->ops->dealloc(be, dout);
     be->ops->ws_free(ws);
@@ -388,20 +388,22 @@ static float *run_attention(int b, int32_t n, int32_t window, float softcap, int
 TEST(cuda_backend_attention_matches_cpu_and_is_chunk_invariant) {
     if (!backends()) return;
     const struct { int32_t n, window; float softcap; } cases[] = {{5, 0, 0}, {1, 0, 0}, {9, 120, 0}, {3, 0, 50.0f}};
+    const int32_t hds[] = {64, 128, 256, 96}; /* 32 NE (decode's plain kernels in the float32 mode) and not */
     double worst = 0;
     int same = 1;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const int32_t n = cases[i].n;
-        float *c = run_attention(0, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8);
-        float *g = run_attention(1, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8);
-        float *g1 = run_attention(1, n, cases[i].window, cases[i].softcap, 1, GP_COMPUTE_F32, 8);
-        const double e = max_rel(g, c, (size_t)n * 8 * 64);
-        worst = e > worst ? e : worst;
-        same &= !memcmp(g, g1, (size_t)n * 8 * 64 * 4);
-        free(c), free(g), free(g1);
-    }
+    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            const int32_t n = cases[i].n, hd = hds[h];
+            float *c = run_attention(0, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8, hd);
+            float *g = run_attention(1, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8, hd);
+            float *g1 = run_attention(1, n, cases[i].window, cases[i].softcap, 1, GP_COMPUTE_F32, 8, hd);
+            const double e = max_rel(g, c, (size_t)n * 8 * hd);
+            worst = e > worst ? e : worst;
+            same &= !memcmp(g, g1, (size_t)n * 8 * hd * 4);
+            free(c), free(g), free(g1);
+        }
     NOTE("attention cuda vs cpu (300 held keys in 5 splits, float + 8-bit rows, staged chunk, window + pinned, "
-         "soft-cap): max rel err %.3g (tol 1e-5); a query alone %s", worst,
+         "soft-cap; head_dim 64, 128, 256, 96): max rel err %.3g (tol 1e-5); a query alone %s", worst,
          same ? "gives its bits inside the block" : "DIFFERS");
     CHECK(worst < 1e-5);
     CHECK(same);
@@ -513,9 +515,9 @@ TEST(cuda_backend_bf16_mode_matches_the_cpu_bf16_mode) {
      * tensor cores, with and without a sliding window */
     for (int i = 0; i < 3; i++) {
         const int32_t bits = i ? 0 : 8, window = i == 2 ? 120 : 0;
-        float *ac = run_attention(0, 5, window, 0, 0, GP_COMPUTE_BF16, bits);
-        float *ag = run_attention(1, 5, window, 0, 0, GP_COMPUTE_BF16, bits);
-        float *ag1 = run_attention(1, 5, window, 0, 1, GP_COMPUTE_BF16, bits);
+        float *ac = run_attention(0, 5, window, 0, 0, GP_COMPUTE_BF16, bits, 64);
+        float *ag = run_attention(1, 5, window, 0, 0, GP_COMPUTE_BF16, bits, 64);
+        float *ag1 = run_attention(1, 5, window, 0, 1, GP_COMPUTE_BF16, bits, 64);
         const double e = max_rel(ag, ac, 5 * 8 * 64);
         NOTE("bf16 attention (sdpa's flash softmax; %s, window %d) vs the cpu's eager bf16: max rel err %.3g (tol "
              "3e-2); a query alone %s", bits ? "8-bit rows, float32 sums" : "float32 cache, tensor cores", window, e,
