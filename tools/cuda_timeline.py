@@ -12,7 +12,9 @@ of it passed its wait for the previous kernel, and the kernel's name.  Kernels p
 "span" = the next launch's first pass minus this one's is the time the kernel held the chain (its own work after
 the wait plus the hand-over to the next).  Steps are cut at the one-token embeddings (1 block); the first third is
 left out (warm-up).  Prints the mean span per kernel and block count over the steps, and with --steps the mean per
-position in the step."""
+position in the step.  With graphs, the build also writes t.txt.host, the host's side of each recorded step (when it
+began recording, launched the head's graph, ended the recording, launched the rest, saw the step done); its means are
+printed first."""
 import collections
 import re
 import sys
@@ -24,9 +26,29 @@ def short(name):
     return m.group(0) if m else name[:24]
 
 
+def host_summary(path):
+    """The host's mean µs a step between its marks (steps that ran as graphs, the first third left out)."""
+    try:
+        rows = [[float(v) for v in line.split()] for line in open(path)]
+    except OSError:
+        return
+    rows = [r for r in rows if r[1] > 0 and r[3] > 0]
+    rows = rows[len(rows) // 3:]
+    names = ["recording to the head's launch", "the rest's recording", "its launch", "until the sync returned",
+             "the caller, to the next step"]
+    sums, n = [0.0] * 5, 0
+    for a, b in zip(rows, rows[1:]):
+        d = [a[1] - a[0], a[2] - a[1], a[3] - a[2], a[4] - a[3], b[0] - a[4]]
+        if min(d) >= 0 and d[4] < 1000:  # (longer: a pause between runs, not a step's turn)
+            sums, n = [x + y for x, y in zip(sums, d)], n + 1
+    if n:
+        print("host, %d steps, mean us: " % n + ", ".join("%s %.1f" % (k, v / n) for k, v in zip(names, sums)))
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
+    host_summary(sys.argv[1] + ".host")
     rows = []
     for line in open(sys.argv[1]):
         f = line.split()

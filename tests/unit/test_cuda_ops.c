@@ -513,17 +513,17 @@ TEST(cuda_backend_bf16_mode_matches_the_cpu_bf16_mode) {
     CHECK(differ * 100 <= total);
     /* attention follows sdpa in this mode (not the CPU's eager softmax): close, not equal; over a float32 cache on
      * tensor cores, with and without a sliding window */
-    for (int i = 0; i < 3; i++) {
-        const int32_t bits = i ? 0 : 8, window = i == 2 ? 120 : 0;
-        float *ac = run_attention(0, 5, window, 0, 0, GP_COMPUTE_BF16, bits, 64);
-        float *ag = run_attention(1, 5, window, 0, 0, GP_COMPUTE_BF16, bits, 64);
-        float *ag1 = run_attention(1, 5, window, 0, 1, GP_COMPUTE_BF16, bits, 64);
-        const double e = max_rel(ag, ac, 5 * 8 * 64);
-        NOTE("bf16 attention (sdpa's flash softmax; %s, window %d) vs the cpu's eager bf16: max rel err %.3g (tol "
-             "3e-2); a query alone %s", bits ? "8-bit rows, float32 sums" : "float32 cache, tensor cores", window, e,
-             memcmp(ag, ag1, 5 * 8 * 64 * 4) ? "DIFFERS" : "gives its bits inside the block");
+    for (int i = 0; i < 4; i++) { /* (head_dim 128 too: decode's plain tensor-core kernels take 64 and 128) */
+        const int32_t bits = i == 0 ? 8 : 0, window = i == 2 ? 120 : 0, hd = i == 3 ? 128 : 64;
+        float *ac = run_attention(0, 5, window, 0, 0, GP_COMPUTE_BF16, bits, hd);
+        float *ag = run_attention(1, 5, window, 0, 0, GP_COMPUTE_BF16, bits, hd);
+        float *ag1 = run_attention(1, 5, window, 0, 1, GP_COMPUTE_BF16, bits, hd);
+        const double e = max_rel(ag, ac, (size_t)5 * 8 * hd);
+        NOTE("bf16 attention (sdpa's flash softmax; %s, window %d, head_dim %d) vs the cpu's eager bf16: max rel err "
+             "%.3g (tol 3e-2); a query alone %s", bits ? "8-bit rows, float32 sums" : "float32 cache, tensor cores",
+             window, hd, e, memcmp(ag, ag1, (size_t)5 * 8 * hd * 4) ? "DIFFERS" : "gives its bits inside the block");
         CHECK(e < 3e-2);
-        CHECK(!memcmp(ag, ag1, 5 * 8 * 64 * 4));
+        CHECK(!memcmp(ag, ag1, (size_t)5 * 8 * hd * 4));
         free(ac), free(ag), free(ag1);
     }
 }

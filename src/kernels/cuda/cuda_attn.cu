@@ -959,19 +959,20 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     fold_if_last<NE>(a, pl, kvh, ns);
 }
 
-/* PLAIN: the float32 mode without soft-capping and head_dim = 32 NE, compiled with those known (the values a call
- * already has, now constants to the compiler, which drops the bf16 paths and the loops' bounds): the same arithmetic
- * in less code and fewer jumps, which a decode step fetches cold every launch. */
-template <int NE, bool PLAIN>
+/* PLAIN: head_dim = 32 NE, no soft-capping, and the float32 mode (or, MMA, the bf16 mode's tensor-core path),
+ * compiled with those known (the values a call already has, now constants to the compiler, which drops the other
+ * mode's paths and the loops' bounds): the same arithmetic in less code and fewer jumps, which a decode step fetches
+ * cold every launch. */
+template <int NE, bool PLAIN, bool MMA>
 __device__ __forceinline__ void plain_case(gp_cu_attn &a, attn_plan &pl) {
-    if (PLAIN) pl.bf = 0, a.head_dim = 32 * NE, pl.ld = 32 * NE + 4;
+    if (PLAIN) pl.bf = MMA ? 1 : 0, a.softcap = 0.0f, a.head_dim = 32 * NE, pl.ld = 32 * NE + 4;
 }
 
 /* Decode (MMA: on tensor cores, blocks of 8 warps for any G up to 16; PLAIN: plain_case). */
 template <int STAGE_BATCH, int NE, bool MMA, bool PLAIN = false>
 __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024)
     attn_split_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
-    plain_case<NE, PLAIN>(a, pl);
+    plain_case<NE, PLAIN, MMA>(a, pl);
     split_decode<STAGE_BATCH, NE, 0, MMA, PLAIN>(a, pl, var);
 }
 
@@ -979,7 +980,7 @@ __global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024)
 template <int NE, int CL, bool MMA, bool PLAIN = false>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256)
     attn_cluster_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
-    plain_case<NE, PLAIN>(a, pl);
+    plain_case<NE, PLAIN, MMA>(a, pl);
     split_decode<8, NE, CL, MMA, PLAIN>(a, pl, var);
 }
 
@@ -1074,9 +1075,9 @@ extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
 
 typedef void (*attn_kernel)(gp_cu_attn, attn_plan, const attn_var *);
 
-/* attn_cluster_kernel<NE, CL, MMA, PLAIN> by [MMA, or 2 = PLAIN][NE 2, 4, 8][CL 2, 4, 8 as CL >> 2] (the
- * tensor-core path: NE <= 4) */
-static const attn_kernel cluster_kernels[3][3][3] = {
+/* attn_cluster_kernel<NE, CL, MMA, PLAIN> by [MMA, or 2 = PLAIN, 3 = MMA and PLAIN][NE 2, 4, 8][CL 2, 4, 8 as
+ * CL >> 2] (the tensor-core path: NE <= 4) */
+static const attn_kernel cluster_kernels[4][3][3] = {
     {{attn_cluster_kernel<2, 2, false>, attn_cluster_kernel<2, 4, false>, attn_cluster_kernel<2, 8, false>},
      {attn_cluster_kernel<4, 2, false>, attn_cluster_kernel<4, 4, false>, attn_cluster_kernel<4, 8, false>},
      {attn_cluster_kernel<8, 2, false>, attn_cluster_kernel<8, 4, false>, attn_cluster_kernel<8, 8, false>}},
@@ -1088,14 +1089,20 @@ static const attn_kernel cluster_kernels[3][3][3] = {
      {attn_cluster_kernel<4, 2, false, true>, attn_cluster_kernel<4, 4, false, true>,
       attn_cluster_kernel<4, 8, false, true>},
      {attn_cluster_kernel<8, 2, false, true>, attn_cluster_kernel<8, 4, false, true>,
-      attn_cluster_kernel<8, 8, false, true>}}};
+      attn_cluster_kernel<8, 8, false, true>}},
+    {{attn_cluster_kernel<2, 2, true, true>, attn_cluster_kernel<2, 4, true, true>,
+      attn_cluster_kernel<2, 8, true, true>},
+     {attn_cluster_kernel<4, 2, true, true>, attn_cluster_kernel<4, 4, true, true>,
+      attn_cluster_kernel<4, 8, true, true>},
+     {NULL, NULL, NULL}}};
 
-/* attn_split_kernel by [G <= 8 (STAGE_BATCH 8), G > 8 (1), MMA, PLAIN with G <= 8][NE 2, 4, 8] */
-static const attn_kernel split_kernels[4][3] = {
+/* attn_split_kernel by [G <= 8 (STAGE_BATCH 8), G > 8 (1), MMA, PLAIN with G <= 8, MMA and PLAIN][NE 2, 4, 8] */
+static const attn_kernel split_kernels[5][3] = {
     {attn_split_kernel<8, 2, false>, attn_split_kernel<8, 4, false>, attn_split_kernel<8, 8, false>},
     {attn_split_kernel<1, 2, false>, attn_split_kernel<1, 4, false>, attn_split_kernel<1, 8, false>},
     {attn_split_kernel<8, 2, true>, attn_split_kernel<8, 4, true>, NULL},
-    {attn_split_kernel<8, 2, false, true>, attn_split_kernel<8, 4, false, true>, attn_split_kernel<8, 8, false, true>}};
+    {attn_split_kernel<8, 2, false, true>, attn_split_kernel<8, 4, false, true>, attn_split_kernel<8, 8, false, true>},
+    {attn_split_kernel<8, 2, true, true>, attn_split_kernel<8, 4, true, true>, NULL}};
 
 extern "C" int gp_cu_attn_prepare(void) {
     const void *ks[] = {(const void *)attn_chunk_kernel<4, 2>, (const void *)attn_chunk_kernel<4, 4>,
@@ -1149,16 +1156,16 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     if (!a->count || a->n_kv > GP_CU_ATTN_MAX_KV) return (int)cudaErrorInvalidValue;
     const int mma = attn_mma(a, &pl), ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
     static const int plain_on = getenv("GP_CU_ATTN_PLAIN") ? atoi(getenv("GP_CU_ATTN_PLAIN")) : 1;
-    const int plain = plain_on && !pl.bf && a->softcap <= 0 && hd == 64 << ne; /* (plain_case; then not mma) */
+    const int plain = plain_on && (mma || (!pl.bf && a->softcap <= 0)) && hd == 64 << ne; /* plain_case */
     const dim3 grid((unsigned)ns, (unsigned)a->n_kv), blk(32 * (pl.G < 8 || mma ? 8 : pl.G));
     gp_cu_attn c = *a;
     attn_plan pc = pl;
     const attn_var *var = step_var(d, &c, &pc);
     if (pl.G <= 8 && ns >= 2 && ns <= 8) { /* one cluster of 2, 4 or 8 blocks per kv head */
         const int cl = ns <= 2 ? 2 : ns <= 4 ? 4 : 8;
-        launch(cluster_kernels[plain ? 2 : mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh, d, c,
-               pc, var);
-    } else launch(split_kernels[mma ? 2 : pl.G > 8 ? 1 : plain ? 3 : 0][ne], grid, blk, sh, d, c, pc, var);
+        launch(cluster_kernels[plain ? 2 + mma : mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh,
+               d, c, pc, var);
+    } else launch(split_kernels[mma ? 2 + 2 * plain : pl.G > 8 ? 1 : plain ? 3 : 0][ne], grid, blk, sh, d, c, pc, var);
     return (int)cudaGetLastError();
 }
 

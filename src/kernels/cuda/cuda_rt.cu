@@ -122,6 +122,7 @@ static size_t n_log;
 extern "C" void gp_cu_trace_register(void (*set)(unsigned long long *)) {
     if (n_trace_sets < 16) trace_sets[n_trace_sets++] = set;
 }
+static void host_dump(const char *fn);
 static void trace_dump(void) {
     const char *fn = getenv("GP_CU_TRACE_FILE");
     unsigned long long *h = (unsigned long long *)malloc((GP_TRACE_CAP + 1) * 8ull);
@@ -130,6 +131,7 @@ static void trace_dump(void) {
         free(h);
         return;
     }
+    host_dump(fn);
     FILE *f = fopen(fn, "w");
     unsigned long long t = 0, nt = h[0] & 0xffffffffu;
     for (size_t i = 0; f && i < n_log && t + trace_log[i].blocks <= nt && t + trace_log[i].blocks <= GP_TRACE_CAP;
@@ -161,6 +163,29 @@ static void trace_launch(const void *func, dim3 grid) {
     if (on && n_log < GP_TRACE_CAP) trace_log[n_log].f = func, trace_log[n_log++].blocks = grid.x * grid.y * grid.z;
 }
 static int trace_mute; /* while a graph is captured: its launches are logged each time it is replayed */
+/* The host's side of each step (µs, CLOCK_MONOTONIC): HOST_REC gp_cu_record, HOST_HEAD the head's graph launched,
+ * HOST_FLUSH the recording ended (gp_cu_sync), HOST_REST the rest launched, HOST_DONE the sync returned; written to
+ * $GP_CU_TRACE_FILE.host at exit, a line a step. */
+enum { HOST_REC, HOST_HEAD, HOST_FLUSH, HOST_REST, HOST_DONE, HOST_N };
+#define HOST_CAP 65536
+static double (*host_t)[HOST_N];
+static size_t n_host;
+static void host_mark(int k) {
+    if (!host_t) host_t = (double (*)[HOST_N])calloc(HOST_CAP, sizeof *host_t);
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (host_t && n_host < HOST_CAP) host_t[n_host][k] = (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+    if (k == HOST_DONE && n_host < HOST_CAP) n_host++;
+}
+static void host_dump(const char *fn) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.host", fn);
+    FILE *f = host_t ? fopen(path, "w") : NULL;
+    for (size_t i = 0; f && i < n_host; i++)
+        fprintf(f, "%.3f %.3f %.3f %.3f %.3f\n", host_t[i][0], host_t[i][1], host_t[i][2], host_t[i][3], host_t[i][4]);
+    if (f) fclose(f);
+}
+#define HOST_MARK(k) host_mark(k)
 /* Logs launches [i0, i1) of c (a graph of them was just launched). */
 static void trace_range(const cu_recording *c, int i0, int i1) {
     for (int i = i0; i < i1; i++) trace_launch(c->r[i].func, dim3(c->r[i].g[0], c->r[i].g[1], c->r[i].g[2]));
@@ -169,6 +194,7 @@ static void trace_range(const cu_recording *c, int i0, int i1) {
 #else
 #define trace_range(c, i0, i1) ((void)0)
 #define TRACE_MUTE(on) ((void)0)
+#define HOST_MARK(k) ((void)0)
 #endif
 
 cudaError_t gp_cu_launch(gp_cu *d, const void *func, dim3 grid, dim3 block, size_t shmem, void **args) {
@@ -268,6 +294,7 @@ static void rec_head(gp_cu *d) {
         return;
     cudaError_t e = var_upload(d);
     if (e == cudaSuccess) e = cudaGraphLaunch(d->exec[0], d->s);
+    HOST_MARK(HOST_HEAD);
     trace_range(&d->cur, 0, d->split);
     d->ran_n = d->split;
     if (d->early == cudaSuccess) d->early = e;
@@ -279,6 +306,7 @@ static cudaError_t rec_flush(gp_cu *d) {
     cudaError_t e = d->early;
     d->early = cudaSuccess;
     if (!d->rec) return e;
+    HOST_MARK(HOST_FLUSH);
     d->rec = 0;
     if (e == cudaSuccess) e = var_upload(d);
     const int i0 = d->ran_n;
@@ -291,6 +319,7 @@ static cudaError_t rec_flush(gp_cu *d) {
         if (d->exec[1]) {
             if (i0 == 0 && d->split) e = cudaGraphLaunch(d->exec[0], d->s), trace_range(&d->cur, 0, d->split);
             if (e == cudaSuccess) e = cudaGraphLaunch(d->exec[1], d->s), d->stats[0]++;
+            HOST_MARK(HOST_REST);
             trace_range(&d->cur, d->split, d->cur.n);
             if (!build) d->ran = STEP_REPLAYED;
         } else e = rec_launch_range(d, &d->cur, i0, d->cur.n), d->stats[2]++;
@@ -326,6 +355,7 @@ static double now_us(void) {
 extern "C" void gp_cu_record(gp_cu *d) {
     if (!d->graphs || d->step) return;
     d->step = 1, d->ran = STEP_LAUNCHED, d->t0 = now_us();
+    HOST_MARK(HOST_REC);
     if (d->pause > 0) {
         d->pause--;
         return;
@@ -554,6 +584,7 @@ extern "C" void gp_cu_host_free(void *p) {
 extern "C" int gp_cu_sync(gp_cu *d) {
     cudaError_t e = rec_flush(d);
     const cudaError_t es = cudaStreamSynchronize(d->s);
+    if (d->step) HOST_MARK(HOST_DONE);
     if (e == cudaSuccess) e = es;
     if (d->step && d->graphs == GP_CU_GRAPHS_AUTO) auto_step(d, now_us() - d->t0);
     d->step = 0;
