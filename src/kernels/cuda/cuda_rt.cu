@@ -78,6 +78,12 @@ enum { PHASE_TIME_LAUNCHES, PHASE_TIME_GRAPHS, PHASE_GRAPHS, PHASE_LAUNCHES };
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
 /* The head of a step of n launches, which runs while the host records the rest: an eighth of them, none under 16
  * ($GP_CU_HEAD = k: k launches, 0 none; read when graphs are built: a switch for tests and measurements).  (Heads
  * ending before an attention launch were measured: the seam between the two graphs cost more there.) */
@@ -172,9 +178,7 @@ static double (*host_t)[HOST_N];
 static size_t n_host;
 static void host_mark(int k) {
     if (!host_t) host_t = (double (*)[HOST_N])calloc(HOST_CAP, sizeof *host_t);
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    if (host_t && n_host < HOST_CAP) host_t[n_host][k] = (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+    if (host_t && n_host < HOST_CAP) host_t[n_host][k] = now_us();
     if (k == HOST_DONE && n_host < HOST_CAP) n_host++;
 }
 static void host_dump(const char *fn) {
@@ -344,12 +348,6 @@ extern "C" int gp_cu_graphs(gp_cu *d, int mode) {
     if (e == cudaSuccess) d->graphs = mode, d->var_cap = VAR_BYTES;
     d->phase = PHASE_TIME_LAUNCHES, d->n_phase = 0, d->t_sum[0] = d->t_sum[1] = 0, d->n_t[0] = d->n_t[1] = 0;
     return (int)e;
-}
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
 }
 
 extern "C" void gp_cu_record(gp_cu *d) {
