@@ -10,7 +10,8 @@ Profile one launch on the GPU machine, then print its page:
 Read it:
     python3 tools/ncu_sass_runs.py k.csv [--all]
 Prints the kernel's size, the instructions executed at least once, the runs of consecutive executed instructions
-(after the first griddepcontrol wait that ran, ACQBULK in the SASS, or all with --all), and the warp stall samples by reason."""
+(after the first griddepcontrol wait that ran, ACQBULK in the SASS, or all with --all), and the warp stall samples
+by reason."""
 import csv
 import signal
 import sys
