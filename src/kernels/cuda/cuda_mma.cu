@@ -86,6 +86,24 @@ __device__ __forceinline__ const float *stage_x(const float *__restrict__ x, uin
     return (const float *)xs;
 }
 
+/* One token's RMSNorm by nm (input_of's bits: the block is rms_threads(cols) threads) straight into xs as stage_x
+ * writes x (bf16 pairs in column order; the values are bf16 already in the bf16 mode, so the packing is exact);
+ * returns xs. */
+__device__ __forceinline__ const float *norm_x(const float *__restrict__ x, uint4 *xs, int64_t cols,
+                                               const norm_args &nm) {
+    __shared__ float sh[32];
+    const float inv = rms_inv(x, (int32_t)cols, nm.eps, sh, nm.bf);
+    for (int64_t i = threadIdx.x; i < cols / 8; i += blockDim.x) {
+        float f[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            f[k] = rms_val(x[8 * i + k], inv, wt_at(nm.w, nm.dt, 8 * i + k), nm.plus_one, nm.bf);
+        xs[i] = make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+    }
+    __syncthreads();
+    return (const float *)xs;
+}
+
 /* A warp tile's fragments through one chunk, chunk_mma for each (i, q): the first 16-column block for every fragment,
  * then the second, so each accumulator takes its two products in chunk_mma's order with MI QN - 1 independent ones
  * between them (its pairs back to back left the tensor pipe waiting on each first product). */
@@ -186,14 +204,19 @@ __device__ __forceinline__ int sum_chains(float *acc, float (*part)[32][4], int 
 
 /* Decode (n <= 16 tokens): a block of CHAINS warps per 8 weight rows of the parts, warp w running chain w; lane (g, c)
  * loads 16 bytes of weight row g per chunk and multiplies the token tile (zero rows beyond n).  STAGE (one token):
- * the block first copies x into dynamic shared memory as bf16 (stage_x; 2 cols bytes). */
-template <int DT, bool STAGE>
-__global__ void __launch_bounds__(32 * CHAINS)
-    mma_decode_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int32_t n, int mode, float alpha) {
+ * the block first copies x into dynamic shared memory as bf16 (stage_x; 2 cols bytes).  NORM (one token, staged):
+ * x's RMSNorm by nm instead (norm_x), the block rms_threads(cols) = 128 or 256 threads: one or two groups of 8 rows
+ * (warps CHAINS q .. for group q; a group past the parts computes nothing it stores). */
+template <int DT, bool STAGE, bool NORM = false>
+__global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
+    mma_decode_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int32_t n, int mode, float alpha,
+                      norm_args nm) {
+    static_assert(STAGE || !NORM, "the norm goes into the staged copy");
     extern __shared__ __align__(16) float xs[];
-    __shared__ float part[CHAINS][32][4];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    int64_t r0 = (int64_t)blockIdx.x * 8;
+    __shared__ float part[NORM ? 2 : 1][CHAINS][32][4];
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % CHAINS, g = lane >> 2, c = lane & 3;
+    const int grp = NORM ? (threadIdx.x >> 5) / CHAINS : 0;
+    int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x / (32 * CHAINS)) + grp) * 8;
     /* the part of this group, chosen with constant indices (a parameter array indexed at run time would be copied
      * to local memory) */
     const void *W = p.W[0], *B = p.B[0];
@@ -203,16 +226,16 @@ __global__ void __launch_bounds__(32 * CHAINS)
 #pragma unroll
     for (int k = 1; k < 3; k++)
         if (k < p.m && r0 >= rows) r0 -= rows, W = p.W[k], B = p.B[k], Y = p.Y[k], rows = p.rows[k], bdt = p.bdt[k];
-    if (r0 >= rows) { /* the whole block: past the last part */
+    if (!NORM && r0 >= rows) { /* the whole block: past the last part */
         pdl_enter((mode & GP_CU_EARLY) != 0);
         return;
     }
     float acc[4];
     const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
-    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, DEC_UNR>(acc, W, wr, cols, n, warp, g, c,
-                                                           [&] { return STAGE ? stage_x(x, (uint4 *)xs, cols) : x; },
+    auto prep = [&] { return NORM ? norm_x(x, (uint4 *)xs, cols, nm) : STAGE ? stage_x(x, (uint4 *)xs, cols) : x; };
+    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, DEC_UNR>(acc, W, wr, cols, n, warp, g, c, prep,
                                                            (mode & GP_CU_EARLY) != 0);
-    if (!sum_chains(acc, part, warp, lane)) return;
+    if (!sum_chains(acc, part[grp], warp, lane) || r0 >= rows) return;
     if (n == 1) { /* lane l < 8 stores row r0 + l (lane l / 2's acc[l & 1]): one 32-byte write, also to pinned memory */
         const float v0 = __shfl_sync(0xffffffffu, acc[0], lane >> 1), v1 = __shfl_sync(0xffffffffu, acc[1], lane >> 1);
         const int64_t r = r0 + lane;
@@ -1211,7 +1234,10 @@ extern "C" int gp_cu_mma_prepare(void) {
                                                 : WG_SMEM));
     const void *ks[] = {(const void *)mma_decode_kernel<GP_CU_F32, true>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true>,
-                        (const void *)mma_decode_kernel<GP_CU_F16, true>};
+                        (const void *)mma_decode_kernel<GP_CU_F16, true>,
+                        (const void *)mma_decode_kernel<GP_CU_F32, true, true>,
+                        (const void *)mma_decode_kernel<GP_CU_BF16, true, true>,
+                        (const void *)mma_decode_kernel<GP_CU_F16, true, true>};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, STAGE_X_MAX);
     return (int)e;
@@ -1222,9 +1248,10 @@ template <int DT>
 static void launch_decode(gp_cu *d, const mma_parts &p, dim3 grid, const float *x, int64_t cols, int32_t n, int mode,
                           float alpha) {
     const size_t xs = (size_t)cols * 2;
+    const norm_args none = {};
     if (n == 1 && xs <= STAGE_X_MAX)
-        launch(mma_decode_kernel<DT, true>, grid, dim3(32 * CHAINS), xs, d, p, x, cols, n, mode, alpha);
-    else launch(mma_decode_kernel<DT, false>, grid, dim3(32 * CHAINS), 0, d, p, x, cols, n, mode, alpha);
+        launch(mma_decode_kernel<DT, true>, grid, dim3(32 * CHAINS), xs, d, p, x, cols, n, mode, alpha, none);
+    else launch(mma_decode_kernel<DT, false>, grid, dim3(32 * CHAINS), 0, d, p, x, cols, n, mode, alpha, none);
 }
 
 /* One weight as the kernels' parts (bias b of dtype bdt or NULL). */
@@ -1264,7 +1291,10 @@ extern "C" int gp_cu_matmul_mma(gp_cu *d, float *y, const float *x, const gp_cu_
  * gp_cu_matmul_mma. */
 extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_norm *nm,
                                       const gp_cu_wt *ws, const gp_cu_wt *bs, int mode) {
-    if (m < 1 || m > 3 || nm) return (int)cudaErrorNotSupported;
+    if (m < 1 || m > 3) return (int)cudaErrorNotSupported;
+    const int threads = nm ? rms_threads((int32_t)ws[0].cols) : 32 * CHAINS; /* (NORM: a group or two a block) */
+    if (nm && (threads < 32 * CHAINS || !gp_cu_norm_fits(nm, ws[0].cols, threads) || ws[0].cols * 2 > STAGE_X_MAX))
+        return (int)cudaErrorNotSupported;
     mma_parts p = {};
     int64_t groups = 0;
     for (int32_t i = 0; i < m; i++) {
@@ -1276,6 +1306,16 @@ extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, con
         groups += (ws[i].rows + 7) / 8;
     }
     p.m = m;
+    if (nm) { /* x's RMSNorm inside: the bits of gp_cu_rmsnorm, then the kernel below */
+        const norm_args na = {nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, gp_cu_bf16(d)};
+        const int gr = threads / (32 * CHAINS);
+        const dim3 grid((unsigned)((groups + gr - 1) / gr));
+        by_dtype(ws[0].dtype, [&](auto dt) {
+            launch(mma_decode_kernel<dt, true, true>, grid, dim3(threads), (size_t)ws[0].cols * 2, d, p, x,
+                   ws[0].cols, 1, mode, 1.0f, na);
+        });
+        return (int)cudaGetLastError();
+    }
     by_dtype(ws[0].dtype,
              [&](auto dt) { launch_decode<dt>(d, p, dim3((unsigned)groups), x, ws[0].cols, 1, mode, 1.0f); });
     return (int)cudaGetLastError();
