@@ -256,8 +256,9 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
 /* One token through gate and up (same shape): a block of 2 CHAINS warps per 8 rows (warps 0..CHAINS-1 the gate's
  * chains, CHAINS..2 CHAINS-1 the up's), then y[r] = act(gate) * up with the GLU op's expression: the bits of the two
  * products (the decode kernel's) and glu_kernel; under NORM of the input's RMSNorm (input_of; dynamic shared memory
- * [cols]). */
-template <int DT, bool NORM>
+ * [cols]), or with PACKED staged as bf16 (norm_x, for rows of up to NORM_REGS elements a thread: measured on the
+ * H100, Qwen3-0.6B's 1024-wide rows 3-6% faster decode, Llama-3.2-1B's 2048 3-4% slower; BENCHMARKS.md). */
+template <int DT, bool NORM, bool PACKED = false>
 __global__ void __launch_bounds__(64 * CHAINS)
     mma_decode_glu_kernel(float *__restrict__ y, const float *__restrict__ x, norm_args nm, const void *__restrict__ G,
                           const void *__restrict__ U, int64_t rows, int64_t cols, const void *bg, const void *bu,
@@ -269,9 +270,9 @@ __global__ void __launch_bounds__(64 * CHAINS)
     const int64_t r0 = (int64_t)blockIdx.x * 8;
     float acc[4];
     const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
-    decode_chain<DT, NORM ? X_SHARED : X_GLOBAL, DEC_UNR / 2>(acc, which ? U : G, wr, cols, 1, chain, g, c,
-                                                              [&] { return input_of<NORM>(x, xs, cols, nm); },
-                                                              (mode & GP_CU_EARLY) != 0);
+    auto prep = [&] { return PACKED ? norm_x(x, (uint4 *)xs, cols, nm) : input_of<NORM>(x, xs, cols, nm); };
+    constexpr int XIN = PACKED ? X_PACKED : NORM ? X_SHARED : X_GLOBAL;
+    decode_chain<DT, XIN, DEC_UNR / 2>(acc, which ? U : G, wr, cols, 1, chain, g, c, prep, (mode & GP_CU_EARLY) != 0);
 #pragma unroll
     for (int i = 0; i < 4; i++) part[which][chain][lane][i] = acc[i];
     __syncthreads();
@@ -1372,8 +1373,11 @@ extern "C" int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp
     const int bdt = biased ? bg->dtype : 0;
     const norm_args na = nm ? norm_args{nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, gp_cu_bf16(d)} : norm_args{};
     by_dtype(g->dtype, [&](auto dt) {
-        if (nm) launch(mma_decode_glu_kernel<dt, true>, grid, blk, (size_t)g->cols * 4, d, y, x, na, g->data, u->data,
-                       g->rows, g->cols, bg->data, bu->data, bdt, act, mode);
+        if (nm && g->cols <= NORM_REGS * 64 * CHAINS)
+            launch(mma_decode_glu_kernel<dt, true, true>, grid, blk, (size_t)g->cols * 2, d, y, x, na, g->data,
+                   u->data, g->rows, g->cols, bg->data, bu->data, bdt, act, mode);
+        else if (nm) launch(mma_decode_glu_kernel<dt, true>, grid, blk, (size_t)g->cols * 4, d, y, x, na, g->data,
+                            u->data, g->rows, g->cols, bg->data, bu->data, bdt, act, mode);
         else launch(mma_decode_glu_kernel<dt, false>, grid, blk, 0, d, y, x, na, g->data, u->data, g->rows, g->cols,
                     bg->data, bu->data, bdt, act, mode);
     });
