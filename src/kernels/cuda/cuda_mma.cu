@@ -123,10 +123,12 @@ __device__ __forceinline__ void tile_mma(float (&acc)[MI][QN][4], const uint4 (&
 /* Chains of every weight: chunk j of the columns adds into chain j mod CHAINS (the decode kernel runs a warp per chain,
  * which gives it four times the loads in flight of one warp per 8 rows). */
 #define CHAINS 4
-#ifndef GP_CU_DEC_UNR
-#define GP_CU_DEC_UNR 4 /* chunks of a chain in flight per lane (decode) */
+#define DEC_UNR 4  /* chunks of a chain a lane has in flight per buffer (decode) */
+#define DEC_DEEP 8 /* the same for one token where a chain fills two such buffers and the grid fits one wave */
+#ifndef GP_CU_GLU_UNR
+#define GP_CU_GLU_UNR 2 /* the GLU kernel's (8-warp blocks) */
 #endif
-#define DEC_UNR GP_CU_DEC_UNR
+#define GLU_UNR GP_CU_GLU_UNR
 
 /* Up to 3 weights of one dtype and column count, rows stacked (q|k|v in one launch, or one weight).  For the decode
  * kernel every part but the last has a multiple of 8 rows, so an 8-row group never straddles two; the prefill GEMM
@@ -144,8 +146,8 @@ struct mma_parts {
  * buffers of UNR chunks, the next one's loads in flight while the current one is multiplied (as dot1's), both loaded
  * before pdl_enter() (they stream while the previous kernel, which writes the input, finishes); then every thread
  * calls prep(), which may synchronize the block and returns the input x (read as XIN says).  (Measured:
- * mma_decode_kernel UNR = DEC_UNR, the GLU kernel's 8-warp blocks DEC_UNR / 2; one buffer of DEC_UNR or 2 DEC_UNR,
- * or two of DEC_UNR there, were slower: BENCHMARKS.md.) */
+ * mma_decode_kernel UNR = DEC_UNR, or DEC_DEEP as decode_depth chooses; the GLU kernel's 8-warp blocks GLU_UNR = 2:
+ * one buffer of 4 or 8, or two of 4, were slower: BENCHMARKS.md.) */
 template <int DT, int XIN, int UNR, typename Prep>
 __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict__ W, int64_t wr, int64_t cols,
                                              int32_t n, int chain, int g, int c, Prep prep, bool early = false) {
@@ -166,7 +168,7 @@ __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict_
         for (int u = 0; u < UNR; u++) {
             const int64_t k = (j0 + (int64_t)u * CHAINS) * 32 + 8 * c;
             a[u] = x8<XIN>(x, g, n, cols, k);
-            a8[u] = x8<XIN>(x, g + 8, n, cols, k);
+            a8[u] = XIN == X_PACKED ? make_uint4(0, 0, 0, 0) : x8<XIN>(x, g + 8, n, cols, k); /* (one token) */
         }
 #pragma unroll
         for (int u = 0; u < UNR; u++)
@@ -203,11 +205,11 @@ __device__ __forceinline__ int sum_chains(float *acc, float (*part)[32][4], int 
 }
 
 /* Decode (n <= 16 tokens): a block of CHAINS warps per 8 weight rows of the parts, warp w running chain w; lane (g, c)
- * loads 16 bytes of weight row g per chunk and multiplies the token tile (zero rows beyond n).  STAGE (one token):
- * the block first copies x into dynamic shared memory as bf16 (stage_x; 2 cols bytes).  NORM (one token, staged):
- * x's RMSNorm by nm instead (norm_x), the block rms_threads(cols) = 128 or 256 threads: one or two groups of 8 rows
- * (warps CHAINS q .. for group q; a group past the parts computes nothing it stores). */
-template <int DT, bool STAGE, bool NORM = false>
+ * loads 16 bytes of weight row g per chunk (UNR chunks a buffer) and multiplies the token tile (zero rows beyond n).
+ * STAGE (one token): the block first copies x into dynamic shared memory as bf16 (stage_x; 2 cols bytes).  NORM (one
+ * token, staged): x's RMSNorm by nm instead (norm_x), the block rms_threads(cols) = 128 or 256 threads: one or two
+ * groups of 8 rows (warps CHAINS q .. for group q; a group past the parts computes nothing it stores). */
+template <int DT, bool STAGE, bool NORM = false, int UNR = DEC_UNR>
 __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
     mma_decode_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int32_t n, int mode, float alpha,
                       norm_args nm) {
@@ -233,8 +235,8 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
     float acc[4];
     const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
     auto prep = [&] { return NORM ? norm_x(x, (uint4 *)xs, cols, nm) : STAGE ? stage_x(x, (uint4 *)xs, cols) : x; };
-    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, DEC_UNR>(acc, W, wr, cols, n, warp, g, c, prep,
-                                                           (mode & GP_CU_EARLY) != 0);
+    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, UNR>(acc, W, wr, cols, n, warp, g, c, prep,
+                                                       (mode & GP_CU_EARLY) != 0);
     if (!sum_chains(acc, part[grp], warp, lane) || r0 >= rows) return;
     if (n == 1) { /* lane l < 8 stores row r0 + l (lane l / 2's acc[l & 1]): one 32-byte write, also to pinned memory */
         const float v0 = __shfl_sync(0xffffffffu, acc[0], lane >> 1), v1 = __shfl_sync(0xffffffffu, acc[1], lane >> 1);
@@ -272,7 +274,7 @@ __global__ void __launch_bounds__(64 * CHAINS)
     const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
     auto prep = [&] { return PACKED ? norm_x(x, (uint4 *)xs, cols, nm) : input_of<NORM>(x, xs, cols, nm); };
     constexpr int XIN = PACKED ? X_PACKED : NORM ? X_SHARED : X_GLOBAL;
-    decode_chain<DT, XIN, DEC_UNR / 2>(acc, which ? U : G, wr, cols, 1, chain, g, c, prep, (mode & GP_CU_EARLY) != 0);
+    decode_chain<DT, XIN, GLU_UNR>(acc, which ? U : G, wr, cols, 1, chain, g, c, prep, (mode & GP_CU_EARLY) != 0);
 #pragma unroll
     for (int i = 0; i < 4; i++) part[which][chain][lane][i] = acc[i];
     __syncthreads();
@@ -1238,19 +1240,43 @@ extern "C" int gp_cu_mma_prepare(void) {
                         (const void *)mma_decode_kernel<GP_CU_F16, true>,
                         (const void *)mma_decode_kernel<GP_CU_F32, true, true>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true, true>,
-                        (const void *)mma_decode_kernel<GP_CU_F16, true, true>};
+                        (const void *)mma_decode_kernel<GP_CU_F16, true, true>,
+                        (const void *)mma_decode_kernel<GP_CU_F32, true, false, DEC_DEEP>,
+                        (const void *)mma_decode_kernel<GP_CU_BF16, true, false, DEC_DEEP>,
+                        (const void *)mma_decode_kernel<GP_CU_F16, true, false, DEC_DEEP>,
+                        (const void *)mma_decode_kernel<GP_CU_F32, true, true, DEC_DEEP>,
+                        (const void *)mma_decode_kernel<GP_CU_BF16, true, true, DEC_DEEP>,
+                        (const void *)mma_decode_kernel<GP_CU_F16, true, true, DEC_DEEP>};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, STAGE_X_MAX);
     return (int)e;
 }
 
-/* The decode kernel for n tokens of cols columns: one token whose bf16 copy fits STAGE_X_MAX is staged. */
+/* Whether the one-token kernel `deep` (UNR = DEC_DEEP) fits: a chain of cols is longer than two DEC_UNR buffers, and
+ * the grid's blocks (threads and smem bytes each) are resident at once, so the loads issued before the wait request
+ * every chain's first 2 DEC_DEEP chunks (measured on the H100: Llama-3.2-1B's 2048- and 8192-wide projections 4-7%
+ * faster decode; no gain at 1024 columns, and a loss on the lm_head's waves: BENCHMARKS.md). */
+static bool decode_depth(const void *deep, int threads, size_t smem, int64_t cols, int64_t blocks) {
+    static const int64_t sms = gp_cu_sm_count();
+    int per = 0;
+    if (cols <= 2 * DEC_UNR * 32 * CHAINS ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, deep, threads, smem) != cudaSuccess)
+        return false;
+    return blocks <= per * sms;
+}
+
+/* The decode kernel for n tokens of cols columns: one token whose bf16 copy fits STAGE_X_MAX is staged (as deep as
+ * decode_depth allows). */
 template <int DT>
 static void launch_decode(gp_cu *d, const mma_parts &p, dim3 grid, const float *x, int64_t cols, int32_t n, int mode,
                           float alpha) {
     const size_t xs = (size_t)cols * 2;
     const norm_args none = {};
-    if (n == 1 && xs <= STAGE_X_MAX)
+    const void *deep = (const void *)mma_decode_kernel<DT, true, false, DEC_DEEP>;
+    if (n == 1 && xs <= STAGE_X_MAX && decode_depth(deep, 32 * CHAINS, xs, cols, grid.x))
+        launch(mma_decode_kernel<DT, true, false, DEC_DEEP>, grid, dim3(32 * CHAINS), xs, d, p, x, cols, n, mode, alpha,
+               none);
+    else if (n == 1 && xs <= STAGE_X_MAX)
         launch(mma_decode_kernel<DT, true>, grid, dim3(32 * CHAINS), xs, d, p, x, cols, n, mode, alpha, none);
     else launch(mma_decode_kernel<DT, false>, grid, dim3(32 * CHAINS), 0, d, p, x, cols, n, mode, alpha, none);
 }
@@ -1311,9 +1337,14 @@ extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, con
         const norm_args na = {nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, gp_cu_bf16(d)};
         const int gr = threads / (32 * CHAINS);
         const dim3 grid((unsigned)((groups + gr - 1) / gr));
+        const size_t xs = (size_t)ws[0].cols * 2;
         by_dtype(ws[0].dtype, [&](auto dt) {
-            launch(mma_decode_kernel<dt, true, true>, grid, dim3(threads), (size_t)ws[0].cols * 2, d, p, x,
-                   ws[0].cols, 1, mode, 1.0f, na);
+            const void *deep = (const void *)mma_decode_kernel<dt, true, true, DEC_DEEP>;
+            if (decode_depth(deep, threads, xs, ws[0].cols, grid.x))
+                launch(mma_decode_kernel<dt, true, true, DEC_DEEP>, grid, dim3(threads), xs, d, p, x, ws[0].cols, 1,
+                       mode, 1.0f, na);
+            else launch(mma_decode_kernel<dt, true, true>, grid, dim3(threads), xs, d, p, x, ws[0].cols, 1, mode, 1.0f,
+                        na);
         });
         return (int)cudaGetLastError();
     }
