@@ -125,10 +125,7 @@ __device__ __forceinline__ void tile_mma(float (&acc)[MI][QN][4], const uint4 (&
 #define CHAINS 4
 #define DEC_UNR 4  /* chunks of a chain a lane has in flight per buffer (decode) */
 #define DEC_DEEP 8 /* the same for one token where a chain fills two such buffers and the grid fits one wave */
-#ifndef GP_CU_GLU_UNR
-#define GP_CU_GLU_UNR 2 /* the GLU kernel's (8-warp blocks) */
-#endif
-#define GLU_UNR GP_CU_GLU_UNR
+#define GLU_UNR 2  /* the GLU kernel's (8-warp blocks) */
 
 /* Up to 3 weights of one dtype and column count, rows stacked (q|k|v in one launch, or one weight).  For the decode
  * kernel every part but the last has a multiple of 8 rows, so an 8-row group never straddles two; the prefill GEMM
@@ -147,7 +144,7 @@ struct mma_parts {
  * before pdl_enter() (they stream while the previous kernel, which writes the input, finishes); then every thread
  * calls prep(), which may synchronize the block and returns the input x (read as XIN says).  (Measured:
  * mma_decode_kernel UNR = DEC_UNR, or DEC_DEEP as decode_depth chooses; the GLU kernel's 8-warp blocks GLU_UNR = 2:
- * one buffer of 4 or 8, or two of 4, were slower: BENCHMARKS.md.) */
+ * one buffer of 4 or 8, or two of 3 or 4, were slower on Llama-3.2-1B: BENCHMARKS.md.) */
 template <int DT, int XIN, int UNR, typename Prep>
 __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict__ W, int64_t wr, int64_t cols,
                                              int32_t n, int chain, int g, int c, Prep prep, bool early = false) {
