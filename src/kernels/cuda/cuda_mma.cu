@@ -1262,19 +1262,24 @@ static bool decode_depth(const void *deep, int threads, size_t smem, int64_t col
     return blocks <= per * sms;
 }
 
-/* The decode kernel for n tokens of cols columns: one token whose bf16 copy fits STAGE_X_MAX is staged (as deep as
- * decode_depth allows). */
+/* One token through the staged decode kernel (NORM: its RMSNorm by nm), blocks of `threads`, as deep as decode_depth
+ * allows. */
+template <int DT, bool NORM>
+static void launch_staged(gp_cu *d, const mma_parts &p, dim3 grid, int threads, const float *x, int64_t cols, int mode,
+                          float alpha, const norm_args &nm) {
+    const size_t xs = (size_t)cols * 2;
+    if (decode_depth((const void *)mma_decode_kernel<DT, true, NORM, DEC_DEEP>, threads, xs, cols, grid.x))
+        launch(mma_decode_kernel<DT, true, NORM, DEC_DEEP>, grid, dim3(threads), xs, d, p, x, cols, 1, mode, alpha, nm);
+    else launch(mma_decode_kernel<DT, true, NORM>, grid, dim3(threads), xs, d, p, x, cols, 1, mode, alpha, nm);
+}
+
+/* The decode kernel for n tokens of cols columns: one token whose bf16 copy fits STAGE_X_MAX is staged. */
 template <int DT>
 static void launch_decode(gp_cu *d, const mma_parts &p, dim3 grid, const float *x, int64_t cols, int32_t n, int mode,
                           float alpha) {
-    const size_t xs = (size_t)cols * 2;
     const norm_args none = {};
-    const void *deep = (const void *)mma_decode_kernel<DT, true, false, DEC_DEEP>;
-    if (n == 1 && xs <= STAGE_X_MAX && decode_depth(deep, 32 * CHAINS, xs, cols, grid.x))
-        launch(mma_decode_kernel<DT, true, false, DEC_DEEP>, grid, dim3(32 * CHAINS), xs, d, p, x, cols, n, mode, alpha,
-               none);
-    else if (n == 1 && xs <= STAGE_X_MAX)
-        launch(mma_decode_kernel<DT, true>, grid, dim3(32 * CHAINS), xs, d, p, x, cols, n, mode, alpha, none);
+    if (n == 1 && (size_t)cols * 2 <= STAGE_X_MAX)
+        launch_staged<DT, false>(d, p, grid, 32 * CHAINS, x, cols, mode, alpha, none);
     else launch(mma_decode_kernel<DT, false>, grid, dim3(32 * CHAINS), 0, d, p, x, cols, n, mode, alpha, none);
 }
 
@@ -1334,15 +1339,8 @@ extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, con
         const norm_args na = {nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, gp_cu_bf16(d)};
         const int gr = threads / (32 * CHAINS);
         const dim3 grid((unsigned)((groups + gr - 1) / gr));
-        const size_t xs = (size_t)ws[0].cols * 2;
-        by_dtype(ws[0].dtype, [&](auto dt) {
-            const void *deep = (const void *)mma_decode_kernel<dt, true, true, DEC_DEEP>;
-            if (decode_depth(deep, threads, xs, ws[0].cols, grid.x))
-                launch(mma_decode_kernel<dt, true, true, DEC_DEEP>, grid, dim3(threads), xs, d, p, x, ws[0].cols, 1,
-                       mode, 1.0f, na);
-            else launch(mma_decode_kernel<dt, true, true>, grid, dim3(threads), xs, d, p, x, ws[0].cols, 1, mode, 1.0f,
-                        na);
-        });
+        by_dtype(ws[0].dtype,
+                 [&](auto dt) { launch_staged<dt, true>(d, p, grid, threads, x, ws[0].cols, mode, 1.0f, na); });
         return (int)cudaGetLastError();
     }
     by_dtype(ws[0].dtype,
