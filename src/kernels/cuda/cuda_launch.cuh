@@ -317,6 +317,10 @@ struct norm_args {
     float eps;
     int plus_one, bf;
 };
+/* the kernels' norm arguments of nm (zeros where NULL); bf: the bf16 mode's arithmetic */
+static inline norm_args norm_args_of(const gp_cu_norm *nm, int bf) {
+    return nm ? norm_args{nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, bf} : norm_args{};
+}
 template <bool NORM>
 __device__ __forceinline__ const float *input_of(const float *x, float *xs, int64_t cols, const norm_args &nm) {
     if (!NORM) return x;

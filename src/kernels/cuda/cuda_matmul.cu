@@ -616,11 +616,8 @@ extern "C" int gp_cu_norm_fits(const gp_cu_norm *nm, int64_t cols, int threads) 
 
 /* The kernels' norm arguments; false when nm (non-NULL) cannot be fused into a block of WARPS_PER_BLOCK warps. */
 static bool norm_of(const gp_cu_norm *nm, int64_t cols, norm_args *out) {
-    *out = norm_args{};
-    if (!nm) return true;
-    if (!gp_cu_norm_fits(nm, cols, WARPS_PER_BLOCK * 32)) return false;
-    *out = norm_args{nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, 0};
-    return true;
+    *out = norm_args_of(nm, 0);
+    return !nm || gp_cu_norm_fits(nm, cols, WARPS_PER_BLOCK * 32);
 }
 
 extern "C" int gp_cu_matmul_multi(gp_cu *d, int32_t m, float *const *ys, const float *x, const gp_cu_norm *nm,

@@ -730,17 +730,23 @@ __device__ __forceinline__ void mbar_arrive_lane0(uint64_t *b, int lane) {
 
 #define WG_BN 128 /* tokens per tile */
 #ifndef WG_S
-#define WG_S 5 /* stages in the ring of buffers */
+#define WG_S 7 /* stages in the ring of buffers: whole GEMMs (5: their GLU 5% slower, BENCHMARKS.md) */
 #endif
+#ifndef WG_S_SPLIT
+#define WG_S_SPLIT 5 /* the same, split GEMMs (7: q|k|v 4-8% slower) */
+#endif
+
 #ifndef WG_U
 #define WG_U 2 /* chunks a stage */
 #endif
 #ifndef WG_LAG
 #define WG_LAG 2 /* stages the producer keeps in flight before it marks one full */
 #endif
-/* Dynamic shared memory: WG_S stages of WG_U chunks of WG_BN token rows (wgmma's swizzled rows) and 128 weight rows,
- * 64 bytes each, then the ring's 2 WG_S mbarriers. */
-#define WG_SMEM ((size_t)WG_S * WG_U * (WG_BN + 128) * 64 + 16 * WG_S)
+/* Dynamic shared memory: S stages of WG_U chunks of WG_BN token rows (wgmma's swizzled rows) and 128 weight rows, 64
+ * bytes each, then the ring's 2 S mbarriers. */
+#define WG_SMEM_S(S) ((size_t)(S) * WG_U * (WG_BN + 128) * 64 + 16 * (S))
+#define WG_SMEM WG_SMEM_S(WG_S_SPLIT)
+static_assert(WG_SMEM <= 232448, "a split GEMM's stages exceed a block's shared memory");
 
 #define WG_SQ ((WG_BN + 128) * 4) /* 16-byte rows a chunk's slot: WG_BN tokens, then 128 weight rows */
 
@@ -775,8 +781,9 @@ __device__ __forceinline__ void wg_frag(float (&v)[BN / 2], int32_t t0, int64_t 
  * z CH .. z CH + CH - 1 (grid z) of 128 weight rows (a GLU: 64 gate rows, then the same 64 up rows) x WG_BN tokens,
  * over the chunks in mma_prefill_kernel's order.  Split (CH < CHAINS, chain_groups): each chain's sums go to part
  * [CHAINS][n][rows] (zeros for a chain with no chunk) for gemm_fold_kernel; whole (CH == CHAINS): they are added in
- * chain order into a total in shared memory, stored as mma_gemm_kernel stores its totals (a GLU as store_glu).  The
- * producer copies the chunks, WG_U a stage (a stage ends with its chain), into a ring of WG_S stage buffers (WG_BN
+ * chain order into a total in registers (the consumers take the producer warpgroup's spare registers), staged through
+ * the ring (wg_stage_out) and stored as mma_gemm_kernel stores its totals (a GLU as store_glu).  The producer copies
+ * the chunks, WG_U a stage (a stage ends with its chain), into a ring of S stage buffers (WG_S whole, WG_S_SPLIT; WG_BN
  * token rows of xb in wgmma's swizzled rows, 128 weight rows of 64 bytes a chunk), waiting for a buffer's empty
  * mbarrier: by TMA where the tensor maps could be made (one thread; the copies complete the full mbarrier), else by
  * cp.async (the warpgroup, marking the full mbarrier once its copies have landed, WG_LAG stages later).  Consumer
@@ -784,7 +791,7 @@ __device__ __forceinline__ void wg_frag(float (&v)[BN / 2], int32_t t0, int64_t 
  * fragments read as mma16816's; B: the tokens), keeps one stage's products in flight and frees a buffer when its
  * products are done.  Blocks of one weight tile are adjacent in the grid (x: token tiles), so a weight tile is read
  * from memory once and from L2 by the others. */
-template <bool GLU>
+template <bool GLU, int S>
 __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *__restrict__ xb, int64_t rows,
                                               int64_t cols, int32_t n, uint4 *gsm, uint64_t *full, uint64_t *empty,
                                               int j0, int cend, int pw) {
@@ -823,28 +830,28 @@ __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *
         }
     };
     auto each_chunk = [&](int s, int *j, auto f) { wg_stage(gsm, s, j, nch, cend, f); };
-    /* the first WG_S stages' weights before the wait for the previous kernel (they do not depend on it) */
+    /* the first S stages' weights before the wait for the previous kernel (they do not depend on it) */
     int j = j0;
-    for (int s = 0; s < WG_S && j >= 0; s++) each_chunk(s, &j, load_w);
+    for (int s = 0; s < S && j >= 0; s++) each_chunk(s, &j, load_w);
     pdl_enter();
     int i = 0;
     for (j = j0; j >= 0; i++) {
-        const int s = i % WG_S;
-        if (i >= WG_S) mbar_wait(&empty[s], ((i / WG_S) & 1) ^ 1);
+        const int s = i % S;
+        if (i >= S) mbar_wait(&empty[s], ((i / S) & 1) ^ 1);
         each_chunk(s, &j, [&](uint4 *b, int jj) {
-            if (i >= WG_S) load_w(b, jj);
+            if (i >= S) load_w(b, jj);
             load_x(b, jj);
         });
         cp_commit();
         if (i >= WG_LAG) {
             cp_wait<WG_LAG>();
             proxy_fence();
-            mbar_arrive(&full[(i - WG_LAG) % WG_S]);
+            mbar_arrive(&full[(i - WG_LAG) % S]);
         }
     }
     cp_wait<0>();
     proxy_fence();
-    for (int m = i > WG_LAG ? i - WG_LAG : 0; m < i; m++) mbar_arrive(&full[m % WG_S]);
+    for (int m = i > WG_LAG ? i - WG_LAG : 0; m < i; m++) mbar_arrive(&full[m % S]);
 }
 
 /* ---- wg_gemm_kernel's copies by the Tensor Memory Accelerator (TMA) ---- */
@@ -871,8 +878,8 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *m, int32_
 
 /* wg_gemm_kernel's producer by TMA (one thread): the chunks in wg_producer's stages and slots, each stage's bytes
  * announced on its full mbarrier, which the copies complete; a stage's buffers reused once its empty mbarrier has
- * completed.  The first WG_S stages' weights before the wait for the previous kernel. */
-template <bool GLU>
+ * completed.  The first S stages' weights before the wait for the previous kernel. */
+template <bool GLU, int S>
 __device__ __forceinline__ void wg_producer_tma(const wg_maps &M, const mma_parts &P, int64_t cols, uint4 *gsm,
                                                 uint64_t *full, uint64_t *empty, int j0, int cend) {
     const int nch = (int)((cols + 31) / 32);
@@ -889,44 +896,79 @@ __device__ __forceinline__ void wg_producer_tma(const wg_maps &M, const mma_part
         if (GLU) tma_load(b + (WG_BN + 64) * 4, &M.w[1], jj * 32, (int32_t)lr, bar);
     };
     int j = j0, i = 0;
-    for (; i < WG_S && j >= 0; i++) {
+    for (; i < S && j >= 0; i++) {
         expect(i, j);
         each_chunk(i, &j, [&](uint4 *b, int jj) { load_w(b, jj, &full[i]); });
     }
     pdl_enter();
     for (i = 0, j = j0; j >= 0; i++) {
-        const int s = i % WG_S;
-        if (i >= WG_S) {
-            mbar_wait(&empty[s], ((i / WG_S) & 1) ^ 1);
+        const int s = i % S;
+        if (i >= S) {
+            mbar_wait(&empty[s], ((i / S) & 1) ^ 1);
             expect(s, j);
         }
         each_chunk(s, &j, [&](uint4 *b, int jj) {
-            if (i >= WG_S) load_w(b, jj, &full[s]);
+            if (i >= S) load_w(b, jj, &full[s]);
             tma_load(b, &M.x, jj * 32, t0, &full[s]);
         });
     }
 }
 
-/* The whole GEMM's total (wg_gemm_kernel<CHAINS, ...>) in shared memory ts after the stage ring: fragment i of consumer
- * thread tid at ts[i * 256 + tid] (a warp's accesses conflict-free).  (In registers beside the chain's accumulators it
- * spilled: 168 registers a thread at 384 threads.) */
-#define WG_SMEM_WHOLE (WG_SMEM + (size_t)WG_BN / 2 * 256 * 4)
+#define WG_SMEM_WHOLE WG_SMEM_S(WG_S)
+static_assert(WG_SMEM_WHOLE <= 232448, "a whole GEMM's stages exceed a block's shared memory");
 
-/* The GLU tile's outputs (wg_gemm_kernel<CHAINS, true>) from the totals ts: consumer warpgroup 0 holds the gate rows'
- * sums, warpgroup 1 the same rows' up sums (fragment i of thread tid + 128); warpgroup 0 stores y [n, rows] =
- * glu_val(gate, up) of the two mm_val'd, store_glu's bits. */
-__device__ __forceinline__ void wg_store_glu(const mma_parts &P, const float *ts, int32_t t0, int64_t r0, int64_t rows,
-                                             int32_t n, int mode, int act) {
-    const int tid = threadIdx.x, g = (tid & 31) >> 2, c = tid & 3, bf = (mode & GP_CU_ROUND) != 0;
+/* this warpgroup's registers a thread from here on: N (a multiple of 8) */
+template <int N>
+__device__ __forceinline__ void wg_regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void wg_regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
+
+#define WG_ES 68 /* floats a row of the outputs' staging: a token's 64 sums of a warpgroup, padded (see below) */
+static_assert((size_t)2 * WG_BN * WG_ES * 4 <= WG_SMEM_WHOLE, "the outputs' staging exceeds the ring");
+
+/* A whole GEMM's totals tot (this consumer thread's fragments, wg_frag's order) into the ring's shared memory es
+ * [2][WG_BN][WG_ES] (warpgroup, token, its 64 rows), once both consumer warpgroups' products are done; returns es when
+ * every consumer thread has written.  (A warp's writes of one fragment: 8 c + g + const mod 32, conflict-free.  The
+ * outputs are then stored by a loop over adjacent rows: stored from the fragments, 64 times unrolled with the GLU's
+ * expression, the kernel was 173,000 instructions, its epilogue waiting on instruction fetch.) */
+__device__ __forceinline__ const float *wg_stage_out(const float (&tot)[WG_BN / 2], float *es) {
+    const int tid = threadIdx.x, w = (tid >> 5) & 3, g = (tid & 31) >> 2, c = tid & 3;
+    float *e = es + (tid >> 7) * WG_BN * WG_ES + 16 * w + g;
+    asm volatile("bar.sync 1, 256;" ::: "memory"); /* every product done: the ring is free */
 #pragma unroll
-    for (int i = 0; i < WG_BN / 2; i++) { /* wg_frag's order: fragment i = 4 j + e */
-        const int32_t t = t0 + 8 * (i >> 2) + 2 * c + (i & 1);
-        const int64_t r = r0 + 16 * (tid >> 5) + g + 8 * ((i >> 1) & 1);
+    for (int i = 0; i < WG_BN / 2; i++) e[(8 * (i >> 2) + 2 * c + (i & 1)) * WG_ES + 8 * ((i >> 1) & 1)] = tot[i];
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    return es;
+}
+
+/* The GLU tile's outputs from the staged totals es (consumer warpgroup 0's: the gate rows' sums, 1's: the same
+ * rows' up sums): y [n, rows] = glu_val(gate, up) of the two mm_val'd, store_glu's bits, a token's 64 rows by adjacent
+ * consumer threads. */
+__device__ __forceinline__ void wg_store_glu(const mma_parts &P, const float *es, int32_t t0, int64_t r0, int64_t rows,
+                                             int32_t n, int mode, int act) {
+    const int bf = (mode & GP_CU_ROUND) != 0;
+#pragma unroll 1
+    for (int k = threadIdx.x; k < WG_BN * 64; k += 256) {
+        const int32_t t = t0 + (k >> 6);
+        const int64_t r = r0 + (k & 63);
         if (t >= n || r >= rows) continue;
+        const float *e = es + (k >> 6) * WG_ES + (k & 63);
         const float bg = P.B[0] ? wt_at(P.B[0], P.bdt[0], r) : 0.0f, bu = P.B[1] ? wt_at(P.B[1], P.bdt[1], r) : 0.0f;
-        const float gv = mm_val(ts[i * 256 + tid], P.B[0] != NULL, bg, mode, 1.0f);
-        const float uv = mm_val(ts[i * 256 + tid + 128], P.B[1] != NULL, bu, mode, 1.0f);
+        const float gv = mm_val(e[0], P.B[0] != NULL, bg, mode, 1.0f);
+        const float uv = mm_val(e[WG_BN * WG_ES], P.B[1] != NULL, bu, mode, 1.0f);
         P.Y[0][(size_t)t * rows + r] = glu_val(gv, uv, act, bf);
+    }
+}
+
+/* A whole GEMM's outputs from the staged totals es: rows r0 + 64 h .. of warpgroup h, as store_out stores them. */
+__device__ __forceinline__ void wg_store_whole(const mma_parts &P, const float *es, int32_t t0, int64_t r0,
+                                               int64_t rows, int32_t n, int mode, float alpha) {
+#pragma unroll 1
+    for (int k = threadIdx.x; k < 2 * WG_BN * 64; k += 256) {
+        const int h = k / (WG_BN * 64), tl = (k >> 6) % WG_BN;
+        const int32_t t = t0 + tl;
+        const int64_t r = r0 + 64 * h + (k & 63);
+        if (t < n && r < rows) store_out(P, es[(h * WG_BN + tl) * WG_ES + (k & 63)], t, r, mode, alpha);
     }
 }
 
@@ -936,9 +978,10 @@ __global__ void __launch_bounds__(384, 1)
                    int64_t cols, int32_t n, float *__restrict__ part, int mode, float alpha, int act) {
     static_assert(!GLU || CH == CHAINS, "a GLU needs its whole sums");
     constexpr int BN = WG_BN, NF = BN / 2, SQ = WG_SQ; /* accumulators a thread; 16-byte rows a chunk */
-    constexpr bool WHOLE = CH == CHAINS; /* every chain here: their total in shared memory (ts), then stored */
-    extern __shared__ __align__(1024) uint4 gsm[];              /* [WG_S][WG_U][SQ], then the mbarriers */
-    uint64_t *full = (uint64_t *)(gsm + WG_S * WG_U * SQ), *empty = full + WG_S;
+    constexpr bool WHOLE = CH == CHAINS;           /* every chain here: their total (tot), then stored */
+    constexpr int S = WHOLE ? WG_S : WG_S_SPLIT;   /* stages */
+    extern __shared__ __align__(1024) uint4 gsm[]; /* [S][WG_U][SQ], then the mbarriers */
+    uint64_t *full = (uint64_t *)(gsm + S * WG_U * SQ), *empty = full + S;
     /* warp through a shuffle: the compiler then knows it is the same in every lane (a role branch it cannot prove
      * uniform makes it serialize the wgmmas) */
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(~0u, tid >> 5, 0), g = lane >> 2, c = lane & 3;
@@ -947,30 +990,28 @@ __global__ void __launch_bounds__(384, 1)
     const int nch = (int)((cols + 31) / 32), c0 = (int)blockIdx.z * CH, cend = c0 + CH;
     const int j0 = c0 < nch ? c0 : -1; /* the block's first chunk (none: its chains are empty) */
     if (tid == 0)
-        for (int s = 0; s < WG_S; s++) mbar_init(&full[s], TMA ? 1 : 128), mbar_init(&empty[s], 8);
+        for (int s = 0; s < S; s++) mbar_init(&full[s], TMA ? 1 : 128), mbar_init(&empty[s], 8);
     __syncthreads();
     if (warp >= 8) {
+        if constexpr (WHOLE) wg_regs_dec<72>(); /* 128 x 72 + 256 x 216 registers: the 384 x 168 allotted */
         if constexpr (TMA) {
-            if (warp == 8 && lane == 0) wg_producer_tma<GLU>(M, P, cols, gsm, full, empty, j0, cend);
-        } else wg_producer<GLU>(P, xb, rows, cols, n, gsm, full, empty, j0, cend, warp - 8);
+            if (warp == 8 && lane == 0) wg_producer_tma<GLU, S>(M, P, cols, gsm, full, empty, j0, cend);
+        } else wg_producer<GLU, S>(P, xb, rows, cols, n, gsm, full, empty, j0, cend, warp - 8);
         return;
     }
+    if constexpr (WHOLE) wg_regs_inc<216>(); /* the total beside the chain's sums */
     pdl_enter();
-    float acc[NF], *ts = (float *)(empty + WG_S); /* ts: the total (WHOLE) */
+    float acc[NF], tot[WHOLE ? NF : 1];
 #pragma unroll
     for (int i = 0; i < NF; i++) acc[i] = 0.0f;
     int chain = 0, freed = 0; /* chains done; stages whose buffers were freed */
     auto free_to = [&](int end) { /* frees the buffers of stages [freed, end): their products are done */
-        for (; freed < end; freed++) mbar_arrive_lane0(&empty[freed % WG_S], lane);
+        for (; freed < end; freed++) mbar_arrive_lane0(&empty[freed % S], lane);
     };
     auto end_chain = [&]() { /* a finished chain's sums to the total (fold_chain's order) or to part */
         if constexpr (WHOLE) {
 #pragma unroll
-            for (int i = 0; i < NF; i++) {
-                float &t = ts[i * 256 + tid];
-                t = chain ? t + acc[i] : acc[i];
-                acc[i] = 0.0f;
-            }
+            for (int i = 0; i < NF; i++) tot[i] = chain ? tot[i] + acc[i] : acc[i], acc[i] = 0.0f;
             chain++;
         } else {
             float *pc = part + (size_t)(c0 + chain++) * n * rows;
@@ -985,8 +1026,8 @@ __global__ void __launch_bounds__(384, 1)
     int jc = j0;
     auto stage = [&](auto par, int i) {
         constexpr int pr = decltype(par)::value;
-        const uint4 *b = gsm + (i % WG_S) * WG_U * SQ;
-        mbar_wait(&full[i % WG_S], (i / WG_S) & 1);
+        const uint4 *b = gsm + (i % S) * WG_U * SQ;
+        mbar_wait(&full[i % S], (i / S) & 1);
 #pragma unroll
         for (int h = 0; h < WG_U; h++) /* all before the first wgmma: one written between two serializes them */
             a[pr][h][0] = b[h * SQ + wr * 4 + c], a[pr][h][1] = b[h * SQ + (wr + 8) * 4 + c];
@@ -1018,15 +1059,10 @@ __global__ void __launch_bounds__(384, 1)
     wg_wait<0>();
     wg_hold(acc);
     while (chain < CH) end_chain(); /* chains with no chunk: zeros (as in decode) */
-    if constexpr (GLU) {
-        asm volatile("bar.sync 1, 256;" ::: "memory"); /* the up sums are in ts */
-        if (warp < 4) wg_store_glu(P, ts, t0, r0, rows, n, mode, act);
-    } else if constexpr (WHOLE) {
-#pragma unroll
-        for (int i = 0; i < NF; i++) acc[i] = ts[i * 256 + tid];
-        wg_frag<BN>(acc, t0, r0, [&](float &v, int32_t t, int64_t r) {
-            if (t < n && r < rows) store_out(P, v, t, r, mode, alpha);
-        });
+    if constexpr (WHOLE) {
+        const float *es = wg_stage_out(tot, (float *)gsm);
+        if constexpr (GLU) wg_store_glu(P, es, t0, r0, rows, n, mode, act);
+        else wg_store_whole(P, es, t0, r0, rows, n, mode, alpha);
     }
 }
 
@@ -1147,7 +1183,7 @@ extern "C" size_t gp_cu_gemm_scratch_bytes(int64_t max_tokens, int64_t max_cols)
 static void launch_copy(gp_cu *d, uint16_t *xb, const float *x, const gp_cu_norm *nm, int64_t cols, int32_t n,
                         bool wg) {
     if (nm) {
-        const norm_args na = {nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, gp_cu_bf16(d)};
+        const norm_args na = norm_args_of(nm, gp_cu_bf16(d));
         const size_t sh = (size_t)cols * 4;
         launch(wg ? rmsnorm_xb_kernel<true> : rmsnorm_xb_kernel<false>, dim3((unsigned)n),
                dim3(rms_threads((int32_t)cols)), sh, d, (uint4 *)xb, x, na, (int32_t)cols);
@@ -1336,7 +1372,7 @@ extern "C" int gp_cu_matmul_mma_multi(gp_cu *d, int32_t m, float *const *ys, con
     }
     p.m = m;
     if (nm) { /* x's RMSNorm inside: the bits of gp_cu_rmsnorm, then the kernel below */
-        const norm_args na = {nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, gp_cu_bf16(d)};
+        const norm_args na = norm_args_of(nm, gp_cu_bf16(d));
         const int gr = threads / (32 * CHAINS);
         const dim3 grid((unsigned)((groups + gr - 1) / gr));
         by_dtype(ws[0].dtype,
@@ -1397,7 +1433,7 @@ extern "C" int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp
     if (g->rows <= 0) return 0;
     const dim3 grid((unsigned)((g->rows + 7) / 8)), blk(64 * CHAINS);
     const int bdt = biased ? bg->dtype : 0;
-    const norm_args na = nm ? norm_args{nm->w.data, nm->w.dtype, nm->eps, nm->plus_one, gp_cu_bf16(d)} : norm_args{};
+    const norm_args na = norm_args_of(nm, gp_cu_bf16(d));
     by_dtype(g->dtype, [&](auto dt) {
         if (nm && g->cols <= NORM_REGS * 64 * CHAINS)
             launch(mma_decode_glu_kernel<dt, true, true>, grid, blk, (size_t)g->cols * 2, d, y, x, na, g->data,
