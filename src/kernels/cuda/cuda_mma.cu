@@ -1148,34 +1148,37 @@ static bool wg_tma_maps(wg_maps *M, const mma_parts &p, bool glu, const uint16_t
     return ok;
 }
 
-/* Whether a GEMM that does not split runs whole on wgmma (wg_gemm_kernel<CHAINS, ...>): a GLU whose blocks of WG_BN
- * tokens fill the multiprocessors once or more, another GEMM 1.9 times or more (measured against mma_gemm_kernel,
- * BENCHMARKS.md: whole wins for every GLU of the three bench shapes and for the 2048-token grids, of 256 blocks and
- * more; the 8B shape's q|k|v at 512 tokens (192 blocks) and Qwen3-0.6B's (128) lose whole).  GP_CU_WG_WHOLE=1 or 0
- * in the environment forces it (tests, measurements). */
-static bool wg_whole(bool glu, int32_t n, int64_t row_tiles, int64_t sms) {
+/* Whether a GEMM runs whole on wgmma (wg_gemm_kernel<CHAINS, ...>) rather than split into chain groups or on
+ * mma_gemm_kernel: a GLU whose blocks of WG_BN tokens fill the multiprocessors once or more; another GEMM 1.9 times
+ * or more, or 0.9 times with 4096 columns or more (measured: whole wins for every GLU of the three bench shapes and
+ * the 2048-token grids; at 512 tokens the 8B shape's q|k|v, o and down whole, 192 and 128 blocks, beat their chain
+ * groups by 3-4% of the prefill, while Qwen3-0.6B's 1024-column q|k|v (128 blocks) and Llama-3.2-1B's o and down (64)
+ * lose whole: BENCHMARKS.md).  GP_CU_WG_WHOLE=1 or 0 in the environment forces it (tests, measurements). */
+static bool wg_whole(bool glu, int32_t n, int64_t row_tiles, int64_t cols, int64_t sms) {
     static const int force = getenv("GP_CU_WG_WHOLE") ? atoi(getenv("GP_CU_WG_WHOLE")) : -1;
     if (force == 0 || force == 1) return force == 1;
-    return (n + WG_BN - 1) / WG_BN * row_tiles * 10 >= (glu ? 10 : 19) * sms;
+    const int64_t blocks = (n + WG_BN - 1) / WG_BN * row_tiles;
+    if (glu) return blocks >= sms;
+    return blocks * 10 >= 19 * sms || (cols >= 4096 && blocks * 10 >= 9 * sms);
 }
 
-/* Chain groups for a GEMM of `tiles` 64-token tiles over cols columns (each block of wg_gemm_kernel runs CHAINS /
- * groups chains; 1: no split, mma_gemm_kernel): none where the tiles give two blocks a multiprocessor; else 2 for
- * 4096 columns or more (64 chunks or more a group), else 4 (measured against the 32-token tiles and each other:
- * BENCHMARKS.md). */
-static int chain_groups(int64_t tiles, int64_t cols, int64_t sms) {
+/* Chain groups for a GEMM of `tiles` 64-token tiles (each block of wg_gemm_kernel runs CHAINS / groups chains; 1: no
+ * split, mma_gemm_kernel): none where the tiles give two blocks a multiprocessor, else 4 (measured against 2 and the
+ * 32-token tiles: BENCHMARKS.md; Llama-3.2-1B's 8192-column down 2% faster in 4 groups than in 2 once the whole
+ * GEMMs took 7 stages). */
+static int chain_groups(int64_t tiles, int64_t sms) {
     if (gemm_force()) return gemm_force();
-    if (tiles >= 2 * sms) return 1;
-    return cols >= 4096 ? 2 : 4;
+    return tiles >= 2 * sms ? 1 : CHAINS;
 }
 
 /* Bytes of d's scratch for the GEMMs of up to max_tokens tokens and max_cols columns: the bf16 copy of the input,
- * then the chains' sums of a split GEMM (at most CHAINS floats for each output of a grid under two blocks a
- * multiprocessor). */
+ * then the chains' sums of a split GEMM (CHAINS floats an output: at most those of a grid under two blocks a
+ * multiprocessor, and of 3 max_cols rows, q|k|v's stacked at most; with max_cols alone Qwen3-0.6B's q|k|v, 4096
+ * rows of 3072 at most, could not split). */
 extern "C" size_t gp_cu_gemm_scratch_bytes(int64_t max_tokens, int64_t max_cols) {
     const size_t copy = ((size_t)max_tokens * (size_t)xb_cols(max_cols) * 2 + 255) / 256 * 256;
     const size_t split = (size_t)CHAINS * 4 * 2 * (size_t)gp_cu_sm_count() * GEMM_BM * 128;
-    const size_t need = (size_t)CHAINS * 4 * (size_t)max_tokens * (size_t)max_cols;
+    const size_t need = (size_t)CHAINS * 4 * (size_t)max_tokens * 3 * (size_t)max_cols;
     return copy + (need < split ? need : split);
 }
 
@@ -1214,8 +1217,9 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu
     static const int64_t sms = gp_cu_sm_count();
     const int64_t tiles = (n + GEMM_BM - 1) / GEMM_BM * row_tiles;
     const bool can = !glu && rows % 4 == 0 && n <= 65535 && copy + (size_t)CHAINS * 4 * n * rows <= cap;
-    const int groups = can ? chain_groups(tiles, cols, sms) : 1;
-    if (groups > 1 || wg_whole(glu, n, row_tiles, sms)) {
+    const bool whole = wg_whole(glu, n, row_tiles, cols, sms);
+    const int groups = can && (!whole || gemm_force()) ? chain_groups(tiles, sms) : 1;
+    if (groups > 1 || whole) {
         float *part = (float *)((char *)xb + copy);
         launch_copy(d, xb, x, nm, cols, n, true);
         const dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups);
