@@ -1149,17 +1149,16 @@ static bool wg_tma_maps(wg_maps *M, const mma_parts &p, bool glu, const uint16_t
 }
 
 /* Whether a GEMM runs whole on wgmma (wg_gemm_kernel<CHAINS, ...>) rather than split into chain groups or on
- * mma_gemm_kernel: a GLU whose blocks of WG_BN tokens fill the multiprocessors once or more; another GEMM 1.9 times
- * or more, or 0.9 times with 4096 columns or more (measured: whole wins for every GLU of the three bench shapes and
- * the 2048-token grids; at 512 tokens the 8B shape's q|k|v, o and down whole, 192 and 128 blocks, beat their chain
- * groups by 3-4% of the prefill, while Qwen3-0.6B's 1024-column q|k|v (128 blocks) and Llama-3.2-1B's o and down (64)
- * lose whole: BENCHMARKS.md).  GP_CU_WG_WHOLE=1 or 0 in the environment forces it (tests, measurements). */
-static bool wg_whole(bool glu, int32_t n, int64_t row_tiles, int64_t cols, int64_t sms) {
+ * mma_gemm_kernel: its blocks of WG_BN tokens fill the multiprocessors once or more (a GLU), 0.9 times or more
+ * (another GEMM).  Measured at 512 tokens (BENCHMARKS.md): whole wins for every GLU of the three bench shapes, for
+ * the 8B shape's q|k|v, o and down (192 and 128 blocks; 3% of the prefill against their chain groups) and for
+ * Qwen3-0.6B's q|k|v (128 blocks, 37 µs against 30 + a 14 µs fold); Llama-3.2-1B's q|k|v (96 blocks: 46 against 32 +
+ * 12) and o and down (64) lose whole.  GP_CU_WG_WHOLE=1 or 0 in the environment forces it (tests, measurements). */
+static bool wg_whole(bool glu, int32_t n, int64_t row_tiles, int64_t sms) {
     static const int force = getenv("GP_CU_WG_WHOLE") ? atoi(getenv("GP_CU_WG_WHOLE")) : -1;
     if (force == 0 || force == 1) return force == 1;
     const int64_t blocks = (n + WG_BN - 1) / WG_BN * row_tiles;
-    if (glu) return blocks >= sms;
-    return blocks * 10 >= 19 * sms || (cols >= 4096 && blocks * 10 >= 9 * sms);
+    return blocks * 10 >= (glu ? 10 : 9) * sms;
 }
 
 /* Chain groups for a GEMM of `tiles` 64-token tiles (each block of wg_gemm_kernel runs CHAINS / groups chains; 1: no
@@ -1217,7 +1216,7 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu
     static const int64_t sms = gp_cu_sm_count();
     const int64_t tiles = (n + GEMM_BM - 1) / GEMM_BM * row_tiles;
     const bool can = !glu && rows % 4 == 0 && n <= 65535 && copy + (size_t)CHAINS * 4 * n * rows <= cap;
-    const bool whole = wg_whole(glu, n, row_tiles, cols, sms);
+    const bool whole = wg_whole(glu, n, row_tiles, sms);
     const int groups = can && (!whole || gemm_force()) ? chain_groups(tiles, sms) : 1;
     if (groups > 1 || whole) {
         float *part = (float *)((char *)xb + copy);
