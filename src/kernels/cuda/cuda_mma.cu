@@ -730,12 +730,11 @@ __device__ __forceinline__ void mbar_arrive_lane0(uint64_t *b, int lane) {
 
 #define WG_BN 128 /* tokens per tile */
 #ifndef WG_S
-#define WG_S 7 /* stages in the ring of buffers: whole GEMMs (5: their GLU 5% slower, BENCHMARKS.md) */
+#define WG_S 7 /* stages in the ring of buffers: whole GEMMs (room their total in registers frees; BENCHMARKS.md) */
 #endif
 #ifndef WG_S_SPLIT
 #define WG_S_SPLIT 5 /* the same, split GEMMs (7: q|k|v 4-8% slower) */
 #endif
-
 #ifndef WG_U
 #define WG_U 2 /* chunks a stage */
 #endif
@@ -1211,8 +1210,9 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu
     const size_t copy = ((size_t)n * (size_t)xb_cols(cols) * 2 + 255) / 256 * 256; /* either copy fits this */
     if (!xb || copy > cap || row_tiles > 65535) return 0;
     if (nm && !gp_cu_norm_fits(nm, cols, rms_threads((int32_t)cols))) return 0;
-    /* a grid of fewer 64-token tiles than two a multiprocessor: chain groups (chain_groups; wg_gemm_kernel, then
-     * gemm_fold_kernel) or tiles of half as many tokens (a GLU, no room, or no split chosen) */
+    /* whole on wgmma where its blocks fill the GPU (wg_whole); else a grid of fewer 64-token tiles than two a
+     * multiprocessor: chain groups (chain_groups; wg_gemm_kernel, then gemm_fold_kernel) or tiles of half as many
+     * tokens (a GLU, no room, or no split chosen) */
     static const int64_t sms = gp_cu_sm_count();
     const int64_t tiles = (n + GEMM_BM - 1) / GEMM_BM * row_tiles;
     const bool can = !glu && rows % 4 == 0 && n <= 65535 && copy + (size_t)CHAINS * 4 * n * rows <= cap;
