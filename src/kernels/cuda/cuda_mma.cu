@@ -925,17 +925,16 @@ __device__ __forceinline__ void wg_regs_inc() { asm volatile("setmaxnreg.inc.syn
 #define WG_ES 68 /* floats a row of the outputs' staging: a token's 64 sums of a warpgroup, padded (see below) */
 static_assert((size_t)2 * WG_BN * WG_ES * 4 <= WG_SMEM_WHOLE, "the outputs' staging exceeds the ring");
 
-/* A whole GEMM's totals tot (this consumer thread's fragments, wg_frag's order) into the ring's shared memory es
- * [2][WG_BN][WG_ES] (warpgroup, token, its 64 rows), once both consumer warpgroups' products are done; returns es when
- * every consumer thread has written.  (A warp's writes of one fragment: 8 c + g + const mod 32, conflict-free.  The
- * outputs are then stored by a loop over adjacent rows: stored from the fragments, 64 times unrolled with the GLU's
- * expression, the kernel was 173,000 instructions, its epilogue waiting on instruction fetch.) */
-__device__ __forceinline__ const float *wg_stage_out(const float (&tot)[WG_BN / 2], float *es) {
-    const int tid = threadIdx.x, w = (tid >> 5) & 3, g = (tid & 31) >> 2, c = tid & 3;
-    float *e = es + (tid >> 7) * WG_BN * WG_ES + 16 * w + g;
+/* A whole GEMM's totals tot (this consumer thread's fragments) into the ring's shared memory es [2][WG_BN][WG_ES]
+ * (warpgroup, token, its 64 rows), once both consumer warpgroups' products are done; returns es when every consumer
+ * thread has written.  (A warp's writes of one fragment: 8 c + g + const mod 32, conflict-free.  The outputs are then
+ * stored by a loop over adjacent rows: stored from the fragments, 64 times unrolled with the GLU's expression, the
+ * kernel was 173,000 instructions, its epilogue waiting on instruction fetch.) */
+__device__ __forceinline__ const float *wg_stage_out(float (&tot)[WG_BN / 2], float *es) {
     asm volatile("bar.sync 1, 256;" ::: "memory"); /* every product done: the ring is free */
-#pragma unroll
-    for (int i = 0; i < WG_BN / 2; i++) e[(8 * (i >> 2) + 2 * c + (i & 1)) * WG_ES + 8 * ((i >> 1) & 1)] = tot[i];
+    wg_frag<WG_BN>(tot, 0, 0, [&](float &v, int32_t t, int64_t r) { /* r: warpgroup r / 64, its row r % 64 */
+        es[((r >> 6) * WG_BN + t) * WG_ES + (r & 63)] = v;
+    });
     asm volatile("bar.sync 1, 256;" ::: "memory");
     return es;
 }
