@@ -1175,12 +1175,18 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
     const int32_t hd = a->head_dim;
     if (attn_mma(a, &pl)) {
         /* row tiles of K warps (4 for heads over 64, measured; GP_CU_ATTN_K=2|4 forces it), 16 warps a block when
-         * that fills the GPU, else 8: the same bits */
+         * their blocks fill 0.8 of the multiprocessors or more, else 8 (GP_CU_ATTN_WIDE=1|0 forces it): the same
+         * bits.  (Measured on the H100, BENCHMARKS.md: at 128 blocks for 132 multiprocessors, a 512-token chunk of
+         * Llama-3.2-1B or Qwen3-0.6B, 16 warps take 44.7 µs against 47.2 and 59.1 against 69.7; at 112 blocks 40.3
+         * / 41.5 and 52.9 / 57.0; at 96 the same; at 64 slower.) */
         static const int64_t sms = gp_cu_sm_count();
         static const int force = getenv("GP_CU_ATTN_K") ? atoi(getenv("GP_CU_ATTN_K")) : 0;
+        static const int wide = getenv("GP_CU_ATTN_WIDE") ? atoi(getenv("GP_CU_ATTN_WIDE")) : -1;
         const int K = force == 2 || force == 4 ? force : hd > 64 ? 4 : 2;
         const int32_t q16 = 16 * MMA_WARPS / K / pl.G;
-        const int32_t w = (int64_t)a->n_kv * ((a->n + q16 - 1) / q16) >= sms ? MMA_WARPS / K : MMA_WARPS / K / 2;
+        const int64_t blocks = (int64_t)a->n_kv * ((a->n + q16 - 1) / q16);
+        const bool fill = wide == 0 || wide == 1 ? wide == 1 : blocks * 5 >= 4 * sms;
+        const int32_t w = fill ? MMA_WARPS / K : MMA_WARPS / K / 2;
         const int32_t qt = 16 * w / pl.G;
         const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * K * w);
         const size_t sh = mma_chunk_smem(hd, w);
