@@ -188,6 +188,7 @@ typedef struct gp_ws_params {
                               linear inputs [max_tokens, max_cols] to bf16 for vdpbf16ps (0: it never packs) */
     int32_t n_heads;       /* most query heads of one attention call (a device's attention scratch; 0 = head_dim
                               sized calls only) */
+    int32_t n_kv;          /* most kv heads of one attention call (a device's copy of a chunk's keys; 0 = n_heads) */
 } gp_ws_params;
 
 typedef struct gp_backend gp_backend;

@@ -48,7 +48,7 @@ gp_ws_params gp_ctx_ws_params(const gp_ctx *x, int32_t lora_rank) {
     const int32_t cols = c->n_ff > c->n_embd ? c->n_ff : c->n_embd; /* down's input, else the hidden size */
     const gp_ws_params wp = {.n_threads = p->n_threads, .max_tokens = p->prefill_chunk, .max_keys = seen,
                              .head_dim = c->head_dim, .max_lora_rank = lora_rank, .compute = p->compute,
-                             .max_cols = cols > q ? cols : q, .n_heads = c->n_heads};
+                             .max_cols = cols > q ? cols : q, .n_heads = c->n_heads, .n_kv = c->n_kv_heads};
     return wp;
 }
 

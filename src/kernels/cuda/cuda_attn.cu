@@ -721,49 +721,101 @@ __device__ void stage_async(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
 }
 
 /* The landed float32 split (ks, vs [SPLIT][ld]) as the bf16 copy frags_bf16 reads (kb [SPLIT][ldk] in column order,
- * vt [hd][VT_LD] value columns with keys in pairs) and its held mask at *hm, by the block. */
+ * vt [hd][vld] value columns with keys in pairs) and, given hm, its held mask at *hm, by the block. */
 __device__ __forceinline__ void split_to_bf16(const float *ks, const float *vs, int32_t ld, int32_t hd, uint16_t *kb,
-                                              int32_t ldk, uint32_t *vt, const uint8_t *held, uint64_t *hm) {
+                                              int32_t ldk, uint32_t *vt, int64_t vld, const uint8_t *held,
+                                              uint64_t *hm) {
     for (row_walk w(hd / 8); w.i < SPLIT; w.step()) {
         const float *k = ks + w.i * ld + 8 * w.f;
         *(uint4 *)(kb + w.i * ldk + 8 * w.f) = pack8(*(const float4 *)k, *(const float4 *)(k + 4));
     }
     for (int idx = threadIdx.x; idx < SPLIT / 2 * hd; idx += blockDim.x) {
         const int col = idx / (SPLIT / 2), kp = idx - col * (SPLIT / 2);
-        vt[col * VT_LD + kp] = pack2(vs[2 * kp * ld + col], vs[(2 * kp + 1) * ld + col]);
+        vt[col * vld + kp] = pack2(vs[2 * kp * ld + col], vs[(2 * kp + 1) * ld + col]);
     }
-    if (threadIdx.x < 32) {
+    if (hm && threadIdx.x < 32) {
         const uint64_t m = held_mask(held);
         if (threadIdx.x == 0) *hm = m;
     }
 }
 
 /* Shared memory of attn_mma_chunk_kernel with w row tiles: the float32 keys and values [SPLIT][ld] each, their bf16
- * copy [SPLIT][hd + 32] and value columns [hd][VT_LD] words, a tile_x per row tile. */
-static size_t mma_chunk_smem(int32_t hd, int32_t w) {
-    return (size_t)2 * SPLIT * (hd + 4) * sizeof(float) + (size_t)SPLIT * (hd + 32) * 2 + (size_t)hd * VT_LD * 4 +
-           (size_t)w * sizeof(tile_x);
+ * copy [SPLIT][hd + 32] and value columns [hd][VT_LD] words, a tile_x per row tile; PRE: two bf16 copies and their
+ * held flags instead of the float32 rows and one copy. */
+static size_t mma_chunk_copy(int32_t hd) { return (size_t)SPLIT * (hd + 32) * 2 + (size_t)hd * VT_LD * 4 + SPLIT; }
+static size_t mma_chunk_smem(int32_t hd, int32_t w, bool pre) {
+    const size_t stage = pre ? mma_chunk_copy(hd) : (size_t)2 * SPLIT * (hd + 4) * sizeof(float) + mma_chunk_copy(hd);
+    return (pre ? 2 : 1) * stage + (size_t)w * sizeof(tile_x);
+}
+
+/* The bf16 copy of a chunk's keys and values (attn_kv_bf16_kernel writes it into the GEMM scratch; the chunk kernel
+ * with PRE stages its splits from it): positions [p0, p0 + np) (whole splits), keys k [n_kv][np][hd], value columns
+ * v [n_kv][hd][np / 2] words (keys in pairs), held flags h [np]. */
+struct attn_pre {
+    uint16_t *k;
+    uint32_t *v;
+    uint8_t *h;
+    int32_t p0, np;
+};
+
+/* attn_pre's copy of split p0 / SPLIT + blockIdx.x of kv head blockIdx.y: staged as the chunk kernel stages a split
+ * (stage_async: zeros where not held), then split_to_bf16's values into global memory: the same bits the chunk
+ * kernel makes of it in shared memory. */
+__global__ void __launch_bounds__(256) attn_kv_bf16_kernel(gp_cu_attn a, attn_plan pl, attn_pre c) {
+    pdl_enter();
+    extern __shared__ float smem[];
+    __shared__ attn_desc_sm d;
+    __shared__ uint8_t held[SPLIT];
+    const int32_t kvh = blockIdx.y, hd = a.head_dim, i0 = blockIdx.x * SPLIT;
+    float *ks = smem, *vs = ks + SPLIT * pl.ld;
+    desc_to_smem(a, pl, NULL, &d);
+    __syncthreads();
+    stage_async(a, &d, (c.p0 + i0) / SPLIT, kvh, pl.ld, ks, vs, held);
+    cp_wait<0>();
+    __syncthreads();
+    split_to_bf16(ks, vs, pl.ld, hd, c.k + ((size_t)kvh * c.np + i0) * hd, hd,
+                  c.v + (size_t)kvh * hd * (c.np / 2) + i0 / 2, c.np / 2, held, NULL);
+    if (kvh == 0 && threadIdx.x < SPLIT) c.h[i0 + threadIdx.x] = held[threadIdx.x];
+}
+
+/* Split s's keys, value columns and held flags from attn_pre's copy into kb [SPLIT][ldk], vt [hd][VT_LD] and held
+ * by cp.async (one group, not waited for). */
+__device__ void stage_copy_async(const attn_pre &c, int32_t s, int32_t kvh, int32_t hd, int32_t ldk, uint16_t *kb,
+                                 uint32_t *vt, uint8_t *held) {
+    const int32_t i0 = s * SPLIT - c.p0;
+    const uint16_t *k = c.k + ((size_t)kvh * c.np + i0) * hd;
+    for (row_walk w(hd / 8); w.i < SPLIT; w.step()) cp16(kb + w.i * ldk + 8 * w.f, k + w.i * hd + 8 * w.f, true);
+    const uint32_t *v = c.v + (size_t)kvh * hd * (c.np / 2) + i0 / 2;
+    for (int u = threadIdx.x; u < hd * (SPLIT / 8); u += blockDim.x) { /* a column's SPLIT / 2 words: 8 units */
+        const int col = u / (SPLIT / 8), q = u % (SPLIT / 8);
+        cp16(vt + col * VT_LD + 4 * q, v + (size_t)col * (c.np / 2) + 4 * q, true);
+    }
+    if (threadIdx.x < SPLIT / 16) cp16(held + 16 * threadIdx.x, c.h + i0 + 16 * threadIdx.x, true);
+    cp_commit();
 }
 
 /* A chunk of queries on tensor cores: grid (kv heads, query tiles), blockDim.x / 32 K row tiles of 16 rows, each K
  * warps' (split_mma_tile), a tile qt queries x the G heads of kv head kvh (row i: query t0 + i / G, head kvh G +
  * i % G); the splits as attn_chunk_kernel takes and folds them, each copied by cp.async while the one before is
- * computed, then to bf16. */
-template <int NE, int K>
-__global__ void __launch_bounds__(32 * MMA_WARPS) attn_mma_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt) {
+ * computed, then to bf16 — or, PRE, copied from attn_pre's bf16 copy (attn_kv_bf16_kernel's) into one of two
+ * buffers while the other is computed: the same values, one barrier a split and no conversion. */
+template <int NE, int K, bool PRE>
+__global__ void __launch_bounds__(32 * MMA_WARPS)
+    attn_mma_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt, attn_pre c) {
     pdl_enter();
     extern __shared__ float smem[];
     __shared__ attn_desc_sm d;
-    __shared__ uint8_t held[SPLIT];
-    __shared__ uint64_t hm;
+    __shared__ uint8_t held_f[SPLIT];
+    __shared__ uint64_t hm_f;
     const int32_t kvh = blockIdx.x, hd = a.head_dim, lane = threadIdx.x & 31, ldk = hd + 32;
     const int32_t t0 = (gridDim.y - 1 - blockIdx.y) * qt; /* the tiles with the most keys first */
-    float *ks = smem, *vs = ks + SPLIT * pl.ld;
-    uint16_t *kb = (uint16_t *)(vs + SPLIT * pl.ld);
-    uint32_t *vt = (uint32_t *)(kb + SPLIT * ldk);
+    const size_t cb = (hd * VT_LD * 4 + SPLIT * ldk * 2 + SPLIT) / 4; /* floats a bf16 copy (mma_chunk_copy) */
+    float *ks = smem, *vs = ks + SPLIT * pl.ld, *cp = PRE ? smem : vs + SPLIT * pl.ld; /* copies at cp */
+    auto vt_of = [&](int i) { return (uint32_t *)(cp + i * cb); }; /* copy i: vt, kb, held */
+    auto kb_of = [&](int i) { return (uint16_t *)(vt_of(i) + hd * VT_LD); };
+    auto held_of = [&](int i) { return PRE ? (uint8_t *)(kb_of(i) + SPLIT * ldk) : held_f; };
     const int T = threadIdx.x / (32 * K), q = (threadIdx.x >> 5) % K;
-    tile_x *x = (tile_x *)(vt + hd * VT_LD) + T;
-    const frags_bf16 f{kb, vt, ldk, hd};
+    tile_x *x = (tile_x *)(cp + (PRE ? 2 : 1) * cb) + T;
     desc_to_smem(a, pl, NULL, &d);
     int32_t t[2], h[2], p[2];
     const float *qr[2];
@@ -781,14 +833,24 @@ __global__ void __launch_bounds__(32 * MMA_WARPS) attn_mma_chunk_kernel(gp_cu_at
 #pragma unroll
     for (int k = 0; k < 8 * NE / K; k++) O[0][k] = O[1][k] = 0.0f;
     __syncthreads(); /* the descriptor is in place */
-    stage_async(a, &d, sp.split(0), kvh, pl.ld, ks, vs, held);
+    if (PRE) stage_copy_async(c, sp.split(0), kvh, hd, ldk, kb_of(0), vt_of(0), held_of(0));
+    else stage_async(a, &d, sp.split(0), kvh, pl.ld, ks, vs, held_f);
     for (int32_t b = 0; b < sp.count(); b++) {
-        const int32_t s = sp.split(b);
+        const int32_t s = sp.split(b), i = PRE ? b & 1 : 0;
         cp_wait<0>();
-        __syncthreads(); /* split b landed; the bf16 copy's readers of split b - 1 are done */
-        split_to_bf16(ks, vs, pl.ld, hd, kb, ldk, vt, held, &hm);
-        __syncthreads(); /* the copy is complete and the float32 buffer free: split b + 1 goes in while b runs */
-        if (b + 1 < sp.count()) stage_async(a, &d, sp.split(b + 1), kvh, pl.ld, ks, vs, held);
+        __syncthreads(); /* split b landed; the readers of the buffer it goes to next (split b - 1's) are done */
+        uint64_t hm;
+        if (PRE) {
+            if (b + 1 < sp.count()) stage_copy_async(c, sp.split(b + 1), kvh, hd, ldk, kb_of(i ^ 1), vt_of(i ^ 1),
+                                                     held_of(i ^ 1));
+            hm = held_mask(held_of(i));
+        } else {
+            split_to_bf16(ks, vs, pl.ld, hd, kb_of(0), ldk, vt_of(0), VT_LD, held_f, &hm_f);
+            __syncthreads(); /* the copy is complete and the float32 buffer free: split b + 1 goes in while b runs */
+            if (b + 1 < sp.count()) stage_async(a, &d, sp.split(b + 1), kvh, pl.ld, ks, vs, held_f);
+            hm = hm_f;
+        }
+        const frags_bf16 f{kb_of(i), vt_of(i), ldk, hd};
         const int32_t ps[2] = {p[0] >= s * SPLIT ? p[0] : -1, p[1] >= s * SPLIT ? p[1] : -1};
         if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) /* (the same for a row tile's K warps) */
             split_mma_tile<NE, K>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O, x, T, q);
@@ -1105,10 +1167,18 @@ static const attn_kernel split_kernels[5][3] = {
     {attn_split_kernel<8, 2, true, true>, attn_split_kernel<8, 4, true, true>, NULL}};
 
 extern "C" int gp_cu_attn_prepare(void) {
-    const void *ks[] = {(const void *)attn_chunk_kernel<4, 2>, (const void *)attn_chunk_kernel<4, 4>,
-                        (const void *)attn_chunk_kernel<2, 8>, (const void *)attn_mma_chunk_kernel<2, 2>,
-                        (const void *)attn_mma_chunk_kernel<4, 2>, (const void *)attn_mma_chunk_kernel<2, 4>,
-                        (const void *)attn_mma_chunk_kernel<4, 4>};
+    const void *ks[] = {(const void *)attn_chunk_kernel<4, 2>,
+                        (const void *)attn_chunk_kernel<4, 4>,
+                        (const void *)attn_chunk_kernel<2, 8>,
+                        (const void *)attn_mma_chunk_kernel<2, 2, false>,
+                        (const void *)attn_mma_chunk_kernel<4, 2, false>,
+                        (const void *)attn_mma_chunk_kernel<2, 4, false>,
+                        (const void *)attn_mma_chunk_kernel<4, 4, false>,
+                        (const void *)attn_mma_chunk_kernel<2, 2, true>,
+                        (const void *)attn_mma_chunk_kernel<4, 2, true>,
+                        (const void *)attn_mma_chunk_kernel<2, 4, true>,
+                        (const void *)attn_mma_chunk_kernel<4, 4, true>,
+                        (const void *)attn_kv_bf16_kernel};
     /* the chunk kernels, then the decode tables' cluster and split kernels (NULL where none is built) */
     const int nk = (int)(sizeof ks / sizeof ks[0]), nc = (int)(sizeof cluster_kernels / sizeof(attn_kernel));
     const int n = nk + nc + (int)(sizeof split_kernels / sizeof(attn_kernel));
@@ -1169,6 +1239,35 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     return (int)cudaGetLastError();
 }
 
+/* Bytes of attn_pre's keys (and of its values): n_kv heads x np positions x hd bf16 values, rounded up to 256. */
+static size_t copy_half(int64_t n_kv, int64_t np, int64_t hd) {
+    return ((size_t)(n_kv * np * hd) * 2 + 255) / 256 * 256;
+}
+
+extern "C" size_t gp_cu_attn_copy_bytes(int64_t n_kv, int64_t positions, int64_t head_dim) {
+    return 2 * copy_half(n_kv, positions, head_dim) + (size_t)positions;
+}
+
+/* The bf16 copy a chunk's tensor-core attention stages from (attn_pre, in d's GEMM scratch, free between the
+ * GEMMs): the positions of every split a tile of the chunk reads (tile_splits of its first tile to its last query's
+ * split; from 0 with pinned splits); k NULL (the kernel then converts each split itself) where the scratch is too
+ * small, or GP_CU_ATTN_PRE=0 is in the environment (tests, measurements). */
+static attn_pre pre_copy(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl) {
+    static const bool off = getenv("GP_CU_ATTN_PRE") && atoi(getenv("GP_CU_ATTN_PRE")) == 0;
+    attn_pre c = {};
+    const int32_t lo_pos = a->window > 0 && a->pos0 - a->window + 1 > pl.first ? a->pos0 - a->window + 1 : pl.first;
+    const bool pinned = a->window > 0 && a->pinned > 0 && lo_pos >= SPLIT;
+    const int64_t p0 = pinned ? 0 : (int64_t)lo_pos / SPLIT * SPLIT, p1 = ((int64_t)a->pos0 + a->n - 1) / SPLIT * SPLIT;
+    const int64_t np = p1 + SPLIT - p0;
+    const size_t kb = copy_half(a->n_kv, np, a->head_dim);
+    size_t cap = 0;
+    uint8_t *base = (uint8_t *)gp_cu_scratch(d, &cap);
+    if (off || !base || 2 * kb + (size_t)np > cap || p0 < 0 || np > INT32_MAX) return c;
+    c.k = (uint16_t *)base, c.v = (uint32_t *)(base + kb), c.h = base + 2 * kb, c.p0 = (int32_t)p0;
+    c.np = (int32_t)np;
+    return c;
+}
+
 /* A chunk of queries: blocks of query tiles x one kv head's group. */
 static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t tiles) {
     if (pl.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
@@ -1189,10 +1288,14 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
         const int32_t w = fill ? MMA_WARPS / K : MMA_WARPS / K / 2;
         const int32_t qt = 16 * w / pl.G;
         const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * K * w);
-        const size_t sh = mma_chunk_smem(hd, w);
-        auto k2 = hd <= 64 ? attn_mma_chunk_kernel<2, 2> : attn_mma_chunk_kernel<4, 2>;
-        auto k4 = hd <= 64 ? attn_mma_chunk_kernel<2, 4> : attn_mma_chunk_kernel<4, 4>;
-        launch(K == 2 ? k2 : k4, grid, blk, sh, d, *a, pl, qt);
+        const attn_pre c = pre_copy(d, a, pl);
+        if (c.k) launch(attn_kv_bf16_kernel, dim3((unsigned)(c.np / SPLIT), (unsigned)a->n_kv), dim3(256),
+                        (size_t)2 * SPLIT * pl.ld * sizeof(float), d, *a, pl, c);
+        auto k2 = hd <= 64 ? attn_mma_chunk_kernel<2, 2, false> : attn_mma_chunk_kernel<4, 2, false>;
+        auto k4 = hd <= 64 ? attn_mma_chunk_kernel<2, 4, false> : attn_mma_chunk_kernel<4, 4, false>;
+        if (c.k) k2 = hd <= 64 ? attn_mma_chunk_kernel<2, 2, true> : attn_mma_chunk_kernel<4, 2, true>;
+        if (c.k) k4 = hd <= 64 ? attn_mma_chunk_kernel<2, 4, true> : attn_mma_chunk_kernel<4, 4, true>;
+        launch(K == 2 ? k2 : k4, grid, blk, mma_chunk_smem(hd, w, c.k != NULL), d, *a, pl, qt, c);
         return (int)cudaGetLastError();
     }
     /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */

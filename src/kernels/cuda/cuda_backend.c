@@ -50,6 +50,7 @@ typedef struct cu_ws {
 } cu_ws;
 
 #define PART_BYTES (64u << 20) /* attention split scratch: queries are processed in blocks that fit */
+#define ATTN_COPY_MAX ((size_t)64 << 20) /* most scratch reserved for a chunk attention's bf16 copy */
 
 static cu_be *be_of(gp_backend *be) { return be->impl; }
 static cu_ws *ws_of(gp_ws *ws) { return ws->impl; }
@@ -216,9 +217,16 @@ static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) 
     const size_t idb = (size_t)(p->max_tokens > 0 ? p->max_tokens : 1) * sizeof(int32_t);
     if (!e) e = gp_cu_alloc(w->d, (void **)&w->ids, idb);
     if (!e) e = gp_cu_host_alloc((void **)&w->ids_host, idb);
-    /* the bf16 mode's GEMM scratch: the input copy [max_tokens, max_cols] bf16, a split GEMM's chain sums */
-    if (!e && p->compute == GP_COMPUTE_BF16)
-        e = gp_cu_reserve(w->d, gp_cu_gemm_scratch_bytes(p->max_tokens, p->max_cols));
+    /* the bf16 mode's GEMM scratch (the input copy [max_tokens, max_cols] bf16, a split GEMM's chain sums), which a
+     * chunk attention's bf16 copy of its keys and values uses between GEMMs: room for max_keys of them up to
+     * ATTN_COPY_MAX (a longer chunk attention converts each split itself) */
+    if (!e && p->compute == GP_COMPUTE_BF16) {
+        const size_t gemm = gp_cu_gemm_scratch_bytes(p->max_tokens, p->max_cols);
+        size_t copy = gp_cu_attn_copy_bytes(p->n_kv > 0 ? p->n_kv : p->n_heads > 0 ? p->n_heads : 1,
+                                            (int64_t)p->max_keys + 2 * GP_CU_ATTN_SPLIT, p->head_dim);
+        copy = copy < ATTN_COPY_MAX ? copy : ATTN_COPY_MAX;
+        e = gp_cu_reserve(w->d, gemm > copy ? gemm : copy);
+    }
     if (!e) e = gp_cu_graphs(w->d, graphs_mode());
     if (e) {
         cu_ws_free(ws);

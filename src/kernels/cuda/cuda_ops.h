@@ -79,12 +79,15 @@ int gp_cu_h2d_async(gp_cu *d, void *dst, const void *src, size_t bytes);
 void gp_cu_set_bf16(gp_cu *d, int on);
 int gp_cu_bf16(gp_cu *d);
 /* Device scratch of at least `bytes` owned by d (freed by gp_cu_close): the tensor-core prefill GEMM's bf16 copy of
- * its input [n, cols], then a split GEMM's chain sums (reserved at workspace creation, gp_cu_gemm_scratch_bytes; a
- * product that does not fit takes the kernel without it).  gp_cu_scratch returns it (NULL, *cap = 0: none). */
+ * its input [n, cols], then a split GEMM's chain sums; between GEMMs, a chunk attention's bf16 copy of its keys and
+ * values (reserved at workspace creation, gp_cu_gemm_scratch_bytes and gp_cu_attn_copy_bytes; a product or a chunk
+ * that does not fit takes the kernel without it).  gp_cu_scratch returns it (NULL, *cap = 0: none). */
 int gp_cu_reserve(gp_cu *d, size_t bytes);
 void *gp_cu_scratch(gp_cu *d, size_t *cap);
 /* The scratch bytes the GEMMs of up to max_tokens tokens and max_cols columns use. */
 size_t gp_cu_gemm_scratch_bytes(int64_t max_tokens, int64_t max_cols);
+/* The scratch bytes of a chunk attention's bf16 copy of `positions` positions of n_kv heads of head_dim. */
+size_t gp_cu_attn_copy_bytes(int64_t n_kv, int64_t positions, int64_t head_dim);
 
 /* Waits for the stream (after running a recorded step); returns the first error of the work enqueued. */
 int gp_cu_sync(gp_cu *d);
