@@ -106,7 +106,7 @@ __device__ __forceinline__ int seg_of(const attn_desc_sm *d, int32_t j) {
  * window start (or the first held position) to its last query's position; split(b) is the b-th of them. */
 struct tile_splits {
     int32_t lo, hi, npin;
-    __device__ __forceinline__ tile_splits(const gp_cu_attn &a, const attn_plan &pl, int32_t t0, int32_t qt) {
+    __host__ __device__ __forceinline__ tile_splits(const gp_cu_attn &a, const attn_plan &pl, int32_t t0, int32_t qt) {
         const int32_t pf = a.pos0 + t0, p_last = min(a.pos0 + a.n - 1, pf + qt - 1);
         const int32_t lo_pos = a.window > 0 && pf - a.window + 1 > pl.first ? pf - a.window + 1 : pl.first;
         lo = lo_pos / SPLIT, hi = p_last / SPLIT;
@@ -1249,16 +1249,14 @@ extern "C" size_t gp_cu_attn_copy_bytes(int64_t n_kv, int64_t positions, int64_t
 }
 
 /* The bf16 copy a chunk's tensor-core attention stages from (attn_pre, in d's GEMM scratch, free between the
- * GEMMs): the positions of every split a tile of the chunk reads (tile_splits of its first tile to its last query's
- * split; from 0 with pinned splits); k NULL (the kernel then converts each split itself) where the scratch is too
- * small, or GP_CU_ATTN_PRE=0 is in the environment (tests, measurements). */
+ * GEMMs): the positions of every split a tile of the chunk reads (tile_splits of the whole chunk as one tile: the
+ * first tile's lowest split, or 0 with pinned splits, to the last query's); k NULL (the kernel then converts each
+ * split itself) where the scratch is too small, or GP_CU_ATTN_PRE=0 is in the environment (tests, measurements). */
 static attn_pre pre_copy(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl) {
     static const bool off = getenv("GP_CU_ATTN_PRE") && atoi(getenv("GP_CU_ATTN_PRE")) == 0;
     attn_pre c = {};
-    const int32_t lo_pos = a->window > 0 && a->pos0 - a->window + 1 > pl.first ? a->pos0 - a->window + 1 : pl.first;
-    const bool pinned = a->window > 0 && a->pinned > 0 && lo_pos >= SPLIT;
-    const int64_t p0 = pinned ? 0 : (int64_t)lo_pos / SPLIT * SPLIT, p1 = ((int64_t)a->pos0 + a->n - 1) / SPLIT * SPLIT;
-    const int64_t np = p1 + SPLIT - p0;
+    const tile_splits sp(*a, pl, 0, a->n);
+    const int64_t p0 = sp.npin ? 0 : (int64_t)sp.lo * SPLIT, np = ((int64_t)sp.hi + 1) * SPLIT - p0;
     const size_t kb = copy_half(a->n_kv, np, a->head_dim);
     size_t cap = 0;
     uint8_t *base = (uint8_t *)gp_cu_scratch(d, &cap);
@@ -1291,11 +1289,13 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
         const attn_pre c = pre_copy(d, a, pl);
         if (c.k) launch(attn_kv_bf16_kernel, dim3((unsigned)(c.np / SPLIT), (unsigned)a->n_kv), dim3(256),
                         (size_t)2 * SPLIT * pl.ld * sizeof(float), d, *a, pl, c);
-        auto k2 = hd <= 64 ? attn_mma_chunk_kernel<2, 2, false> : attn_mma_chunk_kernel<4, 2, false>;
-        auto k4 = hd <= 64 ? attn_mma_chunk_kernel<2, 4, false> : attn_mma_chunk_kernel<4, 4, false>;
-        if (c.k) k2 = hd <= 64 ? attn_mma_chunk_kernel<2, 2, true> : attn_mma_chunk_kernel<4, 2, true>;
-        if (c.k) k4 = hd <= 64 ? attn_mma_chunk_kernel<2, 4, true> : attn_mma_chunk_kernel<4, 4, true>;
-        launch(K == 2 ? k2 : k4, grid, blk, mma_chunk_smem(hd, w, c.k != NULL), d, *a, pl, qt, c);
+        /* [from the copy][K == 4][head_dim over 64] */
+        static void (*const ks[2][2][2])(gp_cu_attn, attn_plan, int32_t, attn_pre) = {
+            {{attn_mma_chunk_kernel<2, 2, false>, attn_mma_chunk_kernel<4, 2, false>},
+             {attn_mma_chunk_kernel<2, 4, false>, attn_mma_chunk_kernel<4, 4, false>}},
+            {{attn_mma_chunk_kernel<2, 2, true>, attn_mma_chunk_kernel<4, 2, true>},
+             {attn_mma_chunk_kernel<2, 4, true>, attn_mma_chunk_kernel<4, 4, true>}}};
+        launch(ks[c.k != NULL][K == 4][hd > 64], grid, blk, mma_chunk_smem(hd, w, c.k != NULL), d, *a, pl, qt, c);
         return (int)cudaGetLastError();
     }
     /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
