@@ -99,6 +99,7 @@ test-cuda: cuda
 	    GP_CU_ATTN_PLAIN=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    for w in 0 1; do GP_CU_ATTN_WIDE=$$w ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    GP_CU_ATTN_PRE=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
+	    GP_CU_WG_FULL=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests $(CUDA_SUITES); \
 	else echo "test-cuda: no usable CUDA device: the suites' GPU pass is skipped"; fi
 

@@ -789,7 +789,10 @@ __device__ __forceinline__ void wg_frag(float (&v)[BN / 2], int32_t t0, int64_t 
  * warpgroup wg multiplies weight rows 64 wg .. with one wgmma m64n128k16 per 16-column product (A: the weights'
  * fragments read as mma16816's; B: the tokens), keeps one stage's products in flight and frees a buffer when its
  * products are done.  Blocks of one weight tile are adjacent in the grid (x: token tiles), so a weight tile is read
- * from memory once and from L2 by the others. */
+ * from memory once and from L2 by the others.  FULL (every chain's chunk count a multiple of WG_U, wg_kernel): a
+ * stage's wgmmas without a branch between them; with one, ptxas closes a wgmma group before it and commits with an
+ * extra wgmma after it, so wg_wait<1> then waited for the stage's own products (ncu on the H100: the whole GEMMs 1-3%
+ * faster without it; BENCHMARKS.md). */
 template <bool GLU, int S>
 __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *__restrict__ xb, int64_t rows,
                                               int64_t cols, int32_t n, uint4 *gsm, uint64_t *full, uint64_t *empty,
@@ -970,7 +973,7 @@ __device__ __forceinline__ void wg_store_whole(const mma_parts &P, const float *
     }
 }
 
-template <int CH, bool GLU, bool TMA>
+template <int CH, bool GLU, bool TMA, bool FULL>
 __global__ void __launch_bounds__(384, 1)
     wg_gemm_kernel(const __grid_constant__ wg_maps M, mma_parts P, const uint16_t *__restrict__ xb, int64_t rows,
                    int64_t cols, int32_t n, float *__restrict__ part, int mode, float alpha, int act) {
@@ -1031,12 +1034,22 @@ __global__ void __launch_bounds__(384, 1)
             a[pr][h][0] = b[h * SQ + wr * 4 + c], a[pr][h][1] = b[h * SQ + (wr + 8) * 4 + c];
         wg_fence();
         bool last = false; /* the stage ends its chain (the producer's stages do) */
+        if constexpr (FULL) { /* every stage WG_U chunks: the wgmmas without a branch between them (see above) */
 #pragma unroll
-        for (int h = 0; h < WG_U && !last; h++) {
+            for (int h = 0; h < WG_U; h++)
 #pragma unroll
-            for (int p = 0; p < 2; p++) wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(b + h * SQ + 2 * p));
-            last = jc + CHAINS >= nch;
-            jc = next_chunk(jc, nch, cend);
+                for (int p = 0; p < 2; p++) wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(b + h * SQ + 2 * p));
+#pragma unroll
+            for (int h = 0; h < WG_U; h++) last = jc + CHAINS >= nch, jc = next_chunk(jc, nch, cend);
+        } else {
+#pragma unroll
+            for (int h = 0; h < WG_U && !last; h++) {
+#pragma unroll
+                for (int p = 0; p < 2; p++)
+                    wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(b + h * SQ + 2 * p));
+                last = jc + CHAINS >= nch;
+                jc = next_chunk(jc, nch, cend);
+            }
         }
         wg_commit();
         if (last) {
@@ -1168,6 +1181,19 @@ static int chain_groups(int64_t tiles, int64_t sms) {
     return tiles >= 2 * sms ? 1 : CHAINS;
 }
 
+/* wg_gemm_kernel<CH, GLU> by its copies (TMA or cp.async) and whether every stage is full (cols a multiple of 256;
+ * with the TMA copies only: the cp.async path keeps the general stages) */
+template <int CH, bool GLU>
+static auto wg_kernel(bool tma, bool full) {
+    return !tma ? wg_gemm_kernel<CH, GLU, false, false>
+                : full ? wg_gemm_kernel<CH, GLU, true, true> : wg_gemm_kernel<CH, GLU, true, false>;
+}
+/* GP_CU_WG_FULL=0 in the environment: the general stages everywhere (tests, measurements) */
+static bool wg_full_off(void) {
+    static const bool off = getenv("GP_CU_WG_FULL") && atoi(getenv("GP_CU_WG_FULL")) == 0;
+    return off;
+}
+
 /* Bytes of d's scratch for the GEMMs of up to max_tokens tokens and max_cols columns: the bf16 copy of the input,
  * then the chains' sums of a split GEMM (CHAINS floats an output: at most those of a grid under two blocks a
  * multiprocessor, and of 3 max_cols rows, q|k|v's stacked at most; with max_cols alone Qwen3-0.6B's q|k|v, 4096
@@ -1223,13 +1249,12 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu
         const dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups);
         wg_maps M = {};
         const bool tma = wg_tma_maps(&M, p, glu, xb, cols, n);
+        const bool full = cols % (32 * CHAINS * WG_U) == 0 && !wg_full_off();
         if (groups == 1) {
-            auto k = glu ? (tma ? wg_gemm_kernel<CHAINS, true, true> : wg_gemm_kernel<CHAINS, true, false>)
-                         : (tma ? wg_gemm_kernel<CHAINS, false, true> : wg_gemm_kernel<CHAINS, false, false>);
+            auto k = glu ? wg_kernel<CHAINS, true>(tma, full) : wg_kernel<CHAINS, false>(tma, full);
             launch(k, grid, dim3(384), WG_SMEM_WHOLE, d, M, p, xb, rows, cols, n, part, mode, alpha, act);
         } else {
-            auto k = groups == 2 ? (tma ? wg_gemm_kernel<2, false, true> : wg_gemm_kernel<2, false, false>)
-                                 : (tma ? wg_gemm_kernel<1, false, true> : wg_gemm_kernel<1, false, false>);
+            auto k = groups == 2 ? wg_kernel<2, false>(tma, full) : wg_kernel<1, false>(tma, full);
             launch(k, grid, dim3(384), WG_SMEM, d, M, p, xb, rows, cols, n, part, mode, alpha, act);
         }
         if (groups > 1)
@@ -1253,23 +1278,24 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu
 #define STAGE_X_MAX (96 * 1024)
 
 extern "C" int gp_cu_mma_prepare(void) {
-    const void *gemms[] = {(const void *)mma_gemm_kernel<GEMM_BM, false>, (const void *)mma_gemm_kernel<GEMM_BM, true>,
-                           (const void *)mma_gemm_kernel<GEMM_BM / 2, false>,
-                           (const void *)mma_gemm_kernel<GEMM_BM / 2, true>,
-                           (const void *)wg_gemm_kernel<2, false, false>, (const void *)wg_gemm_kernel<1, false, false>,
-                           (const void *)wg_gemm_kernel<CHAINS, false, false>,
-                           (const void *)wg_gemm_kernel<CHAINS, true, false>,
-                           (const void *)wg_gemm_kernel<CHAINS, false, true>,
-                           (const void *)wg_gemm_kernel<CHAINS, true, true>,
-                           (const void *)wg_gemm_kernel<2, false, true>, (const void *)wg_gemm_kernel<1, false, true>};
+    const struct { const void *k; size_t smem; } gemms[] = {
+        {(const void *)mma_gemm_kernel<GEMM_BM, false>, GEMM_SMEM(GEMM_BM)},
+        {(const void *)mma_gemm_kernel<GEMM_BM, true>, GEMM_SMEM(GEMM_BM)},
+        {(const void *)mma_gemm_kernel<GEMM_BM / 2, false>, GEMM_SMEM(GEMM_BM / 2)},
+        {(const void *)mma_gemm_kernel<GEMM_BM / 2, true>, GEMM_SMEM(GEMM_BM / 2)}};
     cudaError_t e = cudaSuccess;
-    for (int i = 0; i < 12 && e == cudaSuccess; i++)
-        e = cudaFuncSetAttribute(gemms[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)(i < 2    ? GEMM_SMEM(GEMM_BM)
-                                       : i < 4  ? GEMM_SMEM(GEMM_BM / 2)
-                                       : i < 6  ? WG_SMEM
-                                       : i < 10 ? WG_SMEM_WHOLE
-                                                : WG_SMEM));
+    for (int i = 0; i < 4 && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(gemms[i].k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemms[i].smem);
+    for (int v = 0; v < 3 && e == cudaSuccess; v++) { /* cp.async; TMA; TMA with full stages */
+        const void *split[] = {(const void *)wg_kernel<2, false>(v > 0, v > 1),
+                               (const void *)wg_kernel<1, false>(v > 0, v > 1)};
+        const void *whole[] = {(const void *)wg_kernel<CHAINS, false>(v > 0, v > 1),
+                               (const void *)wg_kernel<CHAINS, true>(v > 0, v > 1)};
+        for (int i = 0; i < 2 && e == cudaSuccess; i++)
+            e = cudaFuncSetAttribute(split[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM);
+        for (int i = 0; i < 2 && e == cudaSuccess; i++)
+            e = cudaFuncSetAttribute(whole[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM_WHOLE);
+    }
     const void *ks[] = {(const void *)mma_decode_kernel<GP_CU_F32, true>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true>,
                         (const void *)mma_decode_kernel<GP_CU_F16, true>,
