@@ -1034,23 +1034,15 @@ __global__ void __launch_bounds__(384, 1)
             a[pr][h][0] = b[h * SQ + wr * 4 + c], a[pr][h][1] = b[h * SQ + (wr + 8) * 4 + c];
         wg_fence();
         bool last = false; /* the stage ends its chain (the producer's stages do) */
-        if constexpr (FULL) { /* every stage WG_U chunks: the wgmmas without a branch between them (see above) */
+        auto next = [&]() { last = jc + CHAINS >= nch, jc = next_chunk(jc, nch, cend); };
 #pragma unroll
-            for (int h = 0; h < WG_U; h++)
+        for (int h = 0; h < WG_U && (FULL || !last); h++) {
 #pragma unroll
-                for (int p = 0; p < 2; p++) wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(b + h * SQ + 2 * p));
-#pragma unroll
-            for (int h = 0; h < WG_U; h++) last = jc + CHAINS >= nch, jc = next_chunk(jc, nch, cend);
-        } else {
-#pragma unroll
-            for (int h = 0; h < WG_U && !last; h++) {
-#pragma unroll
-                for (int p = 0; p < 2; p++)
-                    wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(b + h * SQ + 2 * p));
-                last = jc + CHAINS >= nch;
-                jc = next_chunk(jc, nch, cend);
-            }
+            for (int p = 0; p < 2; p++) wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(b + h * SQ + 2 * p));
+            if constexpr (!FULL) next();
         }
+        if constexpr (FULL) /* every stage WG_U chunks: no branch between its wgmmas (see above) */
+            for (int h = 0; h < WG_U; h++) next();
         wg_commit();
         if (last) {
             wg_wait<0>();
