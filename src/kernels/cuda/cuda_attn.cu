@@ -1166,23 +1166,25 @@ static const attn_kernel split_kernels[5][3] = {
     {attn_split_kernel<8, 2, false, true>, attn_split_kernel<8, 4, false, true>, attn_split_kernel<8, 8, false, true>},
     {attn_split_kernel<8, 2, true, true>, attn_split_kernel<8, 4, true, true>, NULL}};
 
+/* The tensor-core chunk kernels, [from attn_pre's copy][K == 4][head_dim over 64] (attn_chunk) */
+typedef void (*mma_chunk_kernel)(gp_cu_attn, attn_plan, int32_t, attn_pre);
+static const mma_chunk_kernel mma_chunk_kernels[2][2][2] = {
+    {{attn_mma_chunk_kernel<2, 2, false>, attn_mma_chunk_kernel<4, 2, false>},
+     {attn_mma_chunk_kernel<2, 4, false>, attn_mma_chunk_kernel<4, 4, false>}},
+    {{attn_mma_chunk_kernel<2, 2, true>, attn_mma_chunk_kernel<4, 2, true>},
+     {attn_mma_chunk_kernel<2, 4, true>, attn_mma_chunk_kernel<4, 4, true>}}};
+
 extern "C" int gp_cu_attn_prepare(void) {
-    const void *ks[] = {(const void *)attn_chunk_kernel<4, 2>,
-                        (const void *)attn_chunk_kernel<4, 4>,
-                        (const void *)attn_chunk_kernel<2, 8>,
-                        (const void *)attn_mma_chunk_kernel<2, 2, false>,
-                        (const void *)attn_mma_chunk_kernel<4, 2, false>,
-                        (const void *)attn_mma_chunk_kernel<2, 4, false>,
-                        (const void *)attn_mma_chunk_kernel<4, 4, false>,
-                        (const void *)attn_mma_chunk_kernel<2, 2, true>,
-                        (const void *)attn_mma_chunk_kernel<4, 2, true>,
-                        (const void *)attn_mma_chunk_kernel<2, 4, true>,
-                        (const void *)attn_mma_chunk_kernel<4, 4, true>,
-                        (const void *)attn_kv_bf16_kernel};
-    /* the chunk kernels, then the decode tables' cluster and split kernels (NULL where none is built) */
+    const void *ks[] = {(const void *)attn_chunk_kernel<4, 2>, (const void *)attn_chunk_kernel<4, 4>,
+                        (const void *)attn_chunk_kernel<2, 8>, (const void *)attn_kv_bf16_kernel};
+    const int nm = (int)(sizeof mma_chunk_kernels / sizeof(mma_chunk_kernel));
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < nm && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute((const void *)(&mma_chunk_kernels[0][0][0])[i],
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+    /* the other chunk kernels, then the decode tables' cluster and split kernels (NULL where none is built) */
     const int nk = (int)(sizeof ks / sizeof ks[0]), nc = (int)(sizeof cluster_kernels / sizeof(attn_kernel));
     const int n = nk + nc + (int)(sizeof split_kernels / sizeof(attn_kernel));
-    cudaError_t e = cudaSuccess;
     for (int i = 0; i < n && e == cudaSuccess; i++) {
         const int j = i - nk, m = j - nc; /* (3 x 3 tables: [.][j / 3 % 3][j % 3]) */
         const void *k = j < 0    ? ks[i]
@@ -1225,7 +1227,7 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
     if (!a->count || a->n_kv > GP_CU_ATTN_MAX_KV) return (int)cudaErrorInvalidValue;
     const int mma = attn_mma(a, &pl), ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
-    static const int plain_on = getenv("GP_CU_ATTN_PLAIN") ? atoi(getenv("GP_CU_ATTN_PLAIN")) : 1;
+    static const int plain_on = env_int("GP_CU_ATTN_PLAIN", 1);
     const int plain = plain_on && (mma || (!pl.bf && a->softcap <= 0)) && hd == 64 << ne; /* plain_case */
     const dim3 grid((unsigned)ns, (unsigned)a->n_kv), blk(32 * (pl.G < 8 || mma ? 8 : pl.G));
     gp_cu_attn c = *a;
@@ -1253,7 +1255,7 @@ extern "C" size_t gp_cu_attn_copy_bytes(int64_t n_kv, int64_t positions, int64_t
  * first tile's lowest split, or 0 with pinned splits, to the last query's); k NULL (the kernel then converts each
  * split itself) where the scratch is too small, or GP_CU_ATTN_PRE=0 is in the environment (tests, measurements). */
 static attn_pre pre_copy(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl) {
-    static const bool off = getenv("GP_CU_ATTN_PRE") && atoi(getenv("GP_CU_ATTN_PRE")) == 0;
+    static const bool off = env_int("GP_CU_ATTN_PRE", 1) == 0;
     attn_pre c = {};
     const tile_splits sp(*a, pl, 0, a->n);
     const int64_t p0 = sp.npin ? 0 : (int64_t)sp.lo * SPLIT, np = ((int64_t)sp.hi + 1) * SPLIT - p0;
@@ -1277,8 +1279,8 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
          * Llama-3.2-1B or Qwen3-0.6B, 16 warps take 44.7 µs against 47.2 and 59.1 against 69.7; at 112 blocks 40.3
          * / 41.5 and 52.9 / 57.0; at 96 the same; at 64 slower.) */
         static const int64_t sms = gp_cu_sm_count();
-        static const int force = getenv("GP_CU_ATTN_K") ? atoi(getenv("GP_CU_ATTN_K")) : 0;
-        static const int wide = getenv("GP_CU_ATTN_WIDE") ? atoi(getenv("GP_CU_ATTN_WIDE")) : -1;
+        static const int force = env_int("GP_CU_ATTN_K", 0);
+        static const int wide = env_int("GP_CU_ATTN_WIDE", -1);
         const int K = force == 2 || force == 4 ? force : hd > 64 ? 4 : 2;
         const int32_t q16 = 16 * MMA_WARPS / K / pl.G;
         const int64_t blocks = (int64_t)a->n_kv * ((a->n + q16 - 1) / q16);
@@ -1289,13 +1291,7 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
         const attn_pre c = pre_copy(d, a, pl);
         if (c.k) launch(attn_kv_bf16_kernel, dim3((unsigned)(c.np / SPLIT), (unsigned)a->n_kv), dim3(256),
                         (size_t)2 * SPLIT * pl.ld * sizeof(float), d, *a, pl, c);
-        /* [from the copy][K == 4][head_dim over 64] */
-        static void (*const ks[2][2][2])(gp_cu_attn, attn_plan, int32_t, attn_pre) = {
-            {{attn_mma_chunk_kernel<2, 2, false>, attn_mma_chunk_kernel<4, 2, false>},
-             {attn_mma_chunk_kernel<2, 4, false>, attn_mma_chunk_kernel<4, 4, false>}},
-            {{attn_mma_chunk_kernel<2, 2, true>, attn_mma_chunk_kernel<4, 2, true>},
-             {attn_mma_chunk_kernel<2, 4, true>, attn_mma_chunk_kernel<4, 4, true>}}};
-        launch(ks[c.k != NULL][K == 4][hd > 64], grid, blk, mma_chunk_smem(hd, w, c.k != NULL), d, *a, pl, qt, c);
+        launch(mma_chunk_kernels[c.k != NULL][K == 4][hd > 64], grid, blk, mma_chunk_smem(hd, w, c.k != NULL), d, *a, pl, qt, c);
         return (int)cudaGetLastError();
     }
     /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */

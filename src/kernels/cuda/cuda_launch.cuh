@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <type_traits>
 
 /* The handle's recorder (cuda_rt.cu): a decode step's launches recorded and replayed as a CUDA graph. */
@@ -62,6 +63,12 @@ __device__ __forceinline__ void pdl_enter(bool early = false) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     trace_mark();
     if (!early) asm volatile("griddepcontrol.launch_dependents;" :::);
+}
+
+/* The integer in environment variable `name` (a test or measurement knob: GP_CU_*), or dflt where it is unset. */
+static inline int env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v ? atoi(v) : dflt;
 }
 
 /* kernel<<<grid, block, shmem, d's stream>>>(args...) with programmatic stream serialization allowed; while d records

@@ -1105,7 +1105,7 @@ __global__ void gemm_fold_kernel(mma_parts P, const float *__restrict__ part, in
 /* GP_CU_GEMM_SPLIT=1, 2 or 4 in the environment: the chain groups of every GEMM that may split (1: none, and
  * 64-token tiles however few; tests, measurements); else 0. */
 static int gemm_force(void) {
-    static const int force = getenv("GP_CU_GEMM_SPLIT") ? atoi(getenv("GP_CU_GEMM_SPLIT")) : 0;
+    static const int force = env_int("GP_CU_GEMM_SPLIT", 0);
     return force == 1 || force == 2 || force == 4 ? force : 0;
 }
 
@@ -1141,7 +1141,7 @@ static bool tma_map(CUtensorMap *m, const void *base, int64_t cols, int64_t rows
  * where a block's weight rows could straddle two parts, the maps cannot be encoded, or GP_CU_TMA=0 is in the
  * environment (measurements). */
 static bool wg_tma_maps(wg_maps *M, const mma_parts &p, bool glu, const uint16_t *xb, int64_t cols, int32_t n) {
-    static const bool off = getenv("GP_CU_TMA") && atoi(getenv("GP_CU_TMA")) == 0;
+    static const bool off = env_int("GP_CU_TMA", 1) == 0;
     const int m = glu ? 2 : p.m;
     for (int i = 0; i + 1 < m && !glu; i++)
         if (p.rows[i] % 128) return false;
@@ -1158,7 +1158,7 @@ static bool wg_tma_maps(wg_maps *M, const mma_parts &p, bool glu, const uint16_t
  * Qwen3-0.6B's q|k|v (128 blocks, 37 µs against 30 + a 14 µs fold); Llama-3.2-1B's q|k|v (96 blocks: 46 against 32 +
  * 12) and o and down (64) lose whole.  GP_CU_WG_WHOLE=1 or 0 in the environment forces it (tests, measurements). */
 static bool wg_whole(bool glu, int32_t n, int64_t row_tiles, int64_t sms) {
-    static const int force = getenv("GP_CU_WG_WHOLE") ? atoi(getenv("GP_CU_WG_WHOLE")) : -1;
+    static const int force = env_int("GP_CU_WG_WHOLE", -1);
     if (force == 0 || force == 1) return force == 1;
     const int64_t blocks = (n + WG_BN - 1) / WG_BN * row_tiles;
     return blocks * 10 >= (glu ? 10 : 9) * sms;
@@ -1182,7 +1182,7 @@ static auto wg_kernel(bool tma, bool full) {
 }
 /* GP_CU_WG_FULL=0 in the environment: the general stages everywhere (tests, measurements) */
 static bool wg_full_off(void) {
-    static const bool off = getenv("GP_CU_WG_FULL") && atoi(getenv("GP_CU_WG_FULL")) == 0;
+    static const bool off = env_int("GP_CU_WG_FULL", 1) == 0;
     return off;
 }
 
