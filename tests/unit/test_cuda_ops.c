@@ -460,7 +460,7 @@ TEST(cuda_backend_bf16_mode_matches_the_cpu_bf16_mode) {
     size_t differ = 0, total = 0;
     double steps = 0, acc_err = 0;
     /* linears on tensor cores: bf16, f16 and f32 weights (rounded to bf16 as read), bias, LoRA; 37, 130 or 300
-     * tokens (the prefill tiles: bf16 weights take the pipelined GEMM, 72 columns leave a chain empty; 300: three
+     * tokens (the prefill tiles: bf16 weights take the pipelined GEMM, 72 columns leave two chains empty; 300: three
      * 128-token tiles, on Hopper in pairs with an empty fourth) against one token alone (the decode kernel) */
     const struct { gp_wfmt f; int64_t R, K; int32_t N; } lc[] = {
         {GP_WFMT_BF16, 96, 2048, 37}, {GP_WFMT_F16, 72, 1032, 37}, {GP_WFMT_F32, 8200, 256, 37},

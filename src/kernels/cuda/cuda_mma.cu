@@ -7,8 +7,9 @@
  *   - the columns are taken in chunks of 32; within a chunk, a fragment row's lane c (0..3) holds the 8 stored
  *     elements [8c, 8c + 8): elements 0..3 are the first 16-column block's k = 2c, 2c+1, 2c+8, 2c+9 and elements
  *     4..7 the second block's (operands and weights use the same map, so each product pairs the right elements);
- *   - chunk j is summed into chain j mod 4, each chain by one mma per 16-column block in increasing order, and the
- *     chains are added in order ((c0 + c1) + c2) + c3;
+ *   - the chunks are taken in pairs (2m, 2m + 1: 64 columns, a 128-byte row of bf16 weights), pair m summed into
+ *     chain m mod 4, each chain by one mma per 16-column block in increasing order, and the chains are added in order
+ *     ((c0 + c1) + c2) + c3;
  *   - then mm_val's bias and rounding and mm_store's residual add (cuda_launch.cuh), as the other kernels.
  * An output's bits depend on its row, its token and the shape alone: the decode kernels (n <= 16: one M tile, zero
  * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch) and the
@@ -120,9 +121,14 @@ __device__ __forceinline__ void tile_mma(float (&acc)[MI][QN][4], const uint4 (&
         for (int i = 0; i < MI; i++) mma16816(acc[i][q], a[i].z, a8[i].z, a[i].w, a8[i].w, b[q].z, b[q].w);
 }
 
-/* Chains of every weight: chunk j of the columns adds into chain j mod CHAINS (the decode kernel runs a warp per chain,
- * which gives it four times the loads in flight of one warp per 8 rows). */
+/* Chains of every weight: pair m of the columns' 32-column chunks (2m, 2m + 1) adds into chain m mod CHAINS (the
+ * decode kernel runs a warp per chain, which gives it four times the loads in flight of one warp per 8 rows; pairs,
+ * not single chunks, give the wgmma GEMM's copies 128-byte rows: BENCHMARKS.md). */
 #define CHAINS 4
+/* the chain of chunk j; the k-th chunk of chain ch (k = 0, 1, ..); the chunk after j in its chain (>= nch: none) */
+__device__ __forceinline__ int chunk_chain(int64_t j) { return (int)((j >> 1) % CHAINS); }
+__device__ __forceinline__ int64_t chain_chunk(int ch, int64_t k) { return 2 * (ch + CHAINS * (k >> 1)) + (k & 1); }
+__device__ __forceinline__ int64_t chain_next(int64_t j) { return j & 1 ? j + 2 * CHAINS - 1 : j + 1; }
 #define DEC_UNR 4  /* chunks of a chain a lane has in flight per buffer (decode) */
 #define DEC_DEEP 8 /* the same for one token where a chain fills two such buffers and the grid fits one wave */
 #define GLU_UNR 2  /* the GLU kernel's (8-warp blocks) */
@@ -139,7 +145,7 @@ struct mma_parts {
 };
 
 /* chain `chain` of 8 weight rows from wr0 (rows >= rows read the last row; never stored): acc (tokens g, g + 8 x
- * rows 2c, 2c + 1) over chunks chain, chain + CHAINS, ... in order.  The weights stream through two register
+ * rows 2c, 2c + 1) over the chain's chunks (chain_chunk) in order.  The weights stream through two register
  * buffers of UNR chunks, the next one's loads in flight while the current one is multiplied (as dot1's), both loaded
  * before pdl_enter() (they stream while the previous kernel, which writes the input, finishes); then every thread
  * calls prep(), which may synchronize the block and returns the input x (read as XIN says).  (Measured:
@@ -148,39 +154,39 @@ struct mma_parts {
 template <int DT, int XIN, int UNR, typename Prep>
 __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict__ W, int64_t wr, int64_t cols,
                                              int32_t n, int chain, int g, int c, Prep prep, bool early = false) {
-    const int64_t nch = (cols + 31) / 32, step = (int64_t)CHAINS * UNR;
+    static_assert(UNR % 2 == 0, "a buffer holds whole pairs");
+    const int64_t nch = (cols + 31) / 32, step = UNR;
+    auto has = [&](int64_t k) { return chain_chunk(chain, k) < nch; }; /* the chain's k-th chunk exists */
     acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
     uint4 wa[UNR], wb[UNR];
-    auto load_w = [&](uint4 *b, int64_t j0) {
+    auto load_w = [&](uint4 *b, int64_t k0) {
 #pragma unroll
-        for (int u = 0; u < UNR; u++) {
-            const int64_t j = j0 + (int64_t)u * CHAINS;
-            b[u] = j < nch ? w8<DT>(W, wr, cols, j * 32 + 8 * c) : make_uint4(0, 0, 0, 0);
-        }
+        for (int u = 0; u < UNR; u++)
+            b[u] = has(k0 + u) ? w8<DT>(W, wr, cols, chain_chunk(chain, k0 + u) * 32 + 8 * c) : make_uint4(0, 0, 0, 0);
     };
     const float *x = NULL;
-    auto mul = [&](const uint4 *b, int64_t j0) {
+    auto mul = [&](const uint4 *b, int64_t k0) {
         uint4 a[UNR], a8[UNR];
 #pragma unroll
         for (int u = 0; u < UNR; u++) {
-            const int64_t k = (j0 + (int64_t)u * CHAINS) * 32 + 8 * c;
+            const int64_t k = chain_chunk(chain, k0 + u) * 32 + 8 * c;
             a[u] = x8<XIN>(x, g, n, cols, k);
             a8[u] = XIN == X_PACKED ? make_uint4(0, 0, 0, 0) : x8<XIN>(x, g + 8, n, cols, k); /* (one token) */
         }
 #pragma unroll
         for (int u = 0; u < UNR; u++)
-            if (j0 + (int64_t)u * CHAINS < nch) chunk_mma(acc, a[u], a8[u], b[u]);
+            if (has(k0 + u)) chunk_mma(acc, a[u], a8[u], b[u]);
     };
-    load_w(wa, chain);
-    if (chain + step < nch) load_w(wb, chain + step);
+    load_w(wa, 0);
+    if (has(step)) load_w(wb, step);
     pdl_enter(early);
     x = prep();
-    for (int64_t j0 = chain; j0 < nch; j0 += 2 * step) {
-        mul(wa, j0);
-        if (j0 + 2 * step < nch) load_w(wa, j0 + 2 * step);
-        if (j0 + step >= nch) break;
-        mul(wb, j0 + step);
-        if (j0 + 3 * step < nch) load_w(wb, j0 + 3 * step);
+    for (int64_t k0 = 0; has(k0); k0 += 2 * step) {
+        mul(wa, k0);
+        if (has(k0 + 2 * step)) load_w(wa, k0 + 2 * step);
+        if (!has(k0 + step)) break;
+        mul(wb, k0 + step);
+        if (has(k0 + 3 * step)) load_w(wb, k0 + 3 * step);
     }
 }
 
@@ -297,13 +303,14 @@ __global__ void __launch_bounds__(64 * CHAINS)
     }
 }
 
-/* The chunk after j in the chain-major order of nch chunks (chain 0's chunks 0, 4, 8, ..., then chain 1's, ...):
- * the next of its chain, else the first of the next chain (below chain cend), else -1 (mma_prefill_kernel's
- * order). */
+/* The chunk after j in the chain-major order of nch chunks (chain 0's chunks 0, 1, 8, 9, 16, ..., then chain 1's 2,
+ * 3, 10, ...): the next of its chain, else the first of the next chain (below chain cend), else -1
+ * (mma_prefill_kernel's order). */
 __device__ __forceinline__ int next_chunk(int j, int nch, int cend = CHAINS) {
-    if (j + CHAINS < nch) return j + CHAINS;
-    const int c1 = j % CHAINS + 1;
-    return c1 < cend && c1 < nch ? c1 : -1;
+    const int jn = (int)chain_next(j);
+    if (jn < nch) return jn;
+    const int c1 = chunk_chain(j) + 1;
+    return c1 < cend && 2 * c1 < nch ? 2 * c1 : -1;
 }
 
 /* The prefill kernels' chain step: adds a finished chain's acc to the total (the first chain is the total) and clears
@@ -324,8 +331,8 @@ __device__ __forceinline__ void fold_chain(float (&tot)[MI][4][4], float (&acc)[
 
 /* Prefill: a block of 8 warps computes 64 tokens x 128 weight rows; warp (wm, wn) 32 x 32 of them.  Each 32-column
  * chunk of both operands goes through shared memory as bf16 (64-byte rows: the fragment loads are conflict-free),
- * the next chunk loading into registers while this one is multiplied.  The chunks are taken chain by chain (0, 4,
- * 8, ..., then 1, 5, ...): each chain sums into acc, which is then added to the total in chain order, the decode
+ * the next chunk loading into registers while this one is multiplied.  The chunks are taken chain by chain (0, 1,
+ * 8, 9, ..., then 2, 3, 10, ...): each chain sums into acc, which is then added to the total in chain order, the decode
  * kernels' ((c0 + c1) + c2) + c3 with two register sets instead of four. */
 template <int DT>
 __global__ void __launch_bounds__(256)
@@ -373,13 +380,13 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int q = 0; q < 4; q++) b[q] = sb[buf][wn * 32 + q * 8 + g][c];
         tile_mma<2, 4>(acc, a, a8, b);
-        if (jn < 0 || jn % CHAINS != j % CHAINS) fold_chain(tot, acc, chain); /* j was its chain's last chunk */
+        if (jn < 0 || chunk_chain(jn) != chunk_chain(j)) fold_chain(tot, acc, chain); /* j ended its chain */
         if (jn >= 0) stash(buf ^ 1);
         __syncthreads();
         buf ^= 1;
         j = jn;
     }
-    /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+    /* chains with no chunk (cols <= 64 (CHAINS - 1)) add zeros, as in decode */
     while (chain < CHAINS) fold_chain(tot, acc, chain);
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -601,13 +608,13 @@ __global__ void GEMM_BOUNDS(BM)
 #pragma unroll
             for (int q = 0; q < 4; q++) bw[q] = T[b + BM + wn * 32 + q * 8 + g][c];
             tile_mma<MI, 4>(acc, a, a8, bw);
-            if (jc + CHAINS >= nch) fold_chain(tot, acc, chain); /* jc was its chain's last chunk */
+            if (chain_next(jc) >= nch) fold_chain(tot, acc, chain); /* jc was its chain's last chunk */
             jc = next_chunk(jc, nch);
         }
         st = st + 1 == ST ? 0 : st + 1;
     }
     cp_wait<0>();
-    /* chains with no chunk (cols < 32 CHAINS) add zeros, as in decode */
+    /* chains with no chunk (cols <= 64 (CHAINS - 1)) add zeros, as in decode */
     while (chain < CHAINS) fold_chain(tot, acc, chain);
     store_tile<BM, GLU>(P, (float *)gsm, tot, t0, r0, rows, n, mode, alpha, act);
 }
@@ -683,13 +690,15 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[64], uint4 a, uint4 a8, in
                  : "memory");
 }
 
-/* wgmma's shared-memory descriptor of a K-major operand in 64-byte swizzled rows (8-row atoms of 512 bytes, the
- * 16-byte unit u of row t stored at u ^ ((t >> 1) & 3): the reads of a product spread over the banks), from s (the
- * product's first column in its atom's first row; atoms 512-byte aligned, 512 bytes apart). */
+/* wgmma's shared-memory descriptor of a K-major operand in 128-byte swizzled rows (8-row atoms of 1024 bytes, the
+ * 16-byte unit u of row t stored at u ^ (t & 7): the reads of a product spread over the banks), from s (the
+ * product's first column in its atom's first row; atoms 1024-byte aligned, 1024 bytes apart). */
 __device__ __forceinline__ uint64_t wg_desc(const void *s) {
     const uint64_t a = (__cvta_generic_to_shared(s) >> 4) & 0x3FFF;
-    return a | (uint64_t)1 << 16 | (uint64_t)(512 >> 4) << 32 | (uint64_t)2 << 62;
+    return a | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
+/* where 16-byte unit u (0..7) of row t of a stage's region lives: 128-byte rows, TMA's 128-byte swizzle */
+__device__ __forceinline__ int wg_unit(int t, int u) { return t * 8 + (u ^ (t & 7)); }
 /* wg_fence: registers written since (A fragments, cleared accumulators) are seen by the next wgmma; wg_commit closes
  * a group of wgmmas; wg_wait<N>: at most N groups in flight; proxy_fence: this thread's cp.async writes are seen by
  * wgmma's reads (async proxy) after the next barrier. */
@@ -735,33 +744,30 @@ __device__ __forceinline__ void mbar_arrive_lane0(uint64_t *b, int lane) {
 #ifndef WG_S_SPLIT
 #define WG_S_SPLIT 5 /* the same, split GEMMs (7: q|k|v 4-8% slower) */
 #endif
-#ifndef WG_U
-#define WG_U 2 /* chunks a stage */
-#endif
+#define WG_U 2 /* chunks a stage: a chain's pair, 128-byte rows */
 #ifndef WG_LAG
 #define WG_LAG 2 /* stages the producer keeps in flight before it marks one full */
 #endif
-/* Dynamic shared memory: S stages of WG_U chunks of WG_BN token rows (wgmma's swizzled rows) and 128 weight rows, 64
- * bytes each, then the ring's 2 S mbarriers. */
-#define WG_SMEM_S(S) ((size_t)(S) * WG_U * (WG_BN + 128) * 64 + 16 * (S))
+/* Dynamic shared memory: S stages of a pair's WG_BN token rows and 128 weight rows, 128 bytes each (wg_unit's
+ * swizzle), then the ring's 2 S mbarriers. */
+#define WG_SMEM_S(S) ((size_t)(S) * (WG_BN + 128) * 128 + 16 * (S))
 #define WG_SMEM WG_SMEM_S(WG_S_SPLIT)
 static_assert(WG_SMEM <= 232448, "a split GEMM's stages exceed a block's shared memory");
 
-#define WG_SQ ((WG_BN + 128) * 4) /* 16-byte rows a chunk's slot: WG_BN tokens, then 128 weight rows */
+#define WG_SQ ((WG_BN + 128) * 8) /* 16-byte units a stage: WG_BN token rows, then 128 weight rows */
+#define WG_WQ (WG_BN * 8)         /* where a stage's weight rows start */
 
-/* f(slot, chunk) for the chunks of stage s from *j on, in slots s WG_U, s WG_U + 1, .. of the ring gsm (up to WG_U;
- * a stage ends with its chain, so the producers' stages and the consumers' agree); *j moves past them.  Returns how
- * many. */
+/* f(stage buffer, h, chunk) for the chunks of stage s from *j on, its pair's first (h 0) and second (h 1; none where
+ * the pair ends at nch): a stage is a pair, which ends with its chain, so the producers' stages and the consumers'
+ * agree; *j moves past them. */
 template <typename F>
-__device__ __forceinline__ int wg_stage(uint4 *gsm, int s, int *j, int nch, int cend, F f) {
-    int h = 0;
-    while (h < WG_U && *j >= 0) {
-        f(gsm + (s * WG_U + h++) * WG_SQ, *j);
-        const bool last = *j + CHAINS >= nch;
+__device__ __forceinline__ void wg_stage(uint4 *gsm, int s, int *j, int nch, int cend, F f) {
+    for (int h = 0; h < WG_U && *j >= 0; h++) {
+        f(gsm + s * WG_SQ, h, *j);
+        const bool last = chain_next(*j) >= nch;
         *j = next_chunk(*j, nch, cend);
         if (last) break;
     }
-    return h;
 }
 
 /* f(v, t, r) for each of this thread's fragments v of a tile's sums: warpgroup wg holds weight rows r0 + 64 wg ..,
@@ -782,14 +788,14 @@ __device__ __forceinline__ void wg_frag(float (&v)[BN / 2], int32_t t0, int64_t 
  * [CHAINS][n][rows] (zeros for a chain with no chunk) for gemm_fold_kernel; whole (CH == CHAINS): they are added in
  * chain order into a total in registers (the consumers take the producer warpgroup's spare registers), staged through
  * the ring (wg_stage_out) and stored as mma_gemm_kernel stores its totals (a GLU as store_glu).  The producer copies
- * the chunks, WG_U a stage (a stage ends with its chain), into a ring of S stage buffers (WG_S whole, WG_S_SPLIT; WG_BN
- * token rows of xb in wgmma's swizzled rows, 128 weight rows of 64 bytes a chunk), waiting for a buffer's empty
+ * the chunks a pair a stage (a stage ends with its chain) into a ring of S stage buffers (WG_S whole, WG_S_SPLIT; WG_BN
+ * token rows of xb, then 128 weight rows, 128 bytes each in TMA's 128-byte swizzle), waiting for a buffer's empty
  * mbarrier: by TMA where the tensor maps could be made (one thread; the copies complete the full mbarrier), else by
  * cp.async (the warpgroup, marking the full mbarrier once its copies have landed, WG_LAG stages later).  Consumer
  * warpgroup wg multiplies weight rows 64 wg .. with one wgmma m64n128k16 per 16-column product (A: the weights'
  * fragments read as mma16816's; B: the tokens), keeps one stage's products in flight and frees a buffer when its
  * products are done.  Blocks of one weight tile are adjacent in the grid (x: token tiles), so a weight tile is read
- * from memory once and from L2 by the others.  FULL (every chain's chunk count a multiple of WG_U, wg_kernel): a
+ * from memory once and from L2 by the others.  FULL (no pair cut short: cols a multiple of 64, wg_kernel): a
  * stage's wgmmas without a branch between them; with one, ptxas closes a wgmma group before it and commits with an
  * extra wgmma after it, so wg_wait<1> then waited for the stage's own products (ncu on the H100: the whole GEMMs 1-3%
  * faster without it; BENCHMARKS.md). */
@@ -816,19 +822,20 @@ __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *
     }
     const int q = lane >> 3, tl = lane & 7;
     const uint16_t *xp = xb + (int64_t)t0 * xc + (int64_t)tl * xc + 8 * q;
-    auto load_w = [&](uint4 *b, int j) {
+    auto load_w = [&](uint4 *b, int h, int j) {
         const int k = j * 32;
         const bool kok = k + 8 * (lane & 3) < cols;
 #pragma unroll
         for (int u = 0; u < WU; u++)
-            cp16(b + (BN + 32 * pw + (lane >> 2) + 8 * u) * 4 + (lane & 3), wp[u] + k, (wok >> u & 1) && kok);
+            cp16(b + WG_WQ + wg_unit(32 * pw + (lane >> 2) + 8 * u, 4 * h + (lane & 3)), wp[u] + k,
+                 (wok >> u & 1) && kok);
     };
-    auto load_x = [&](uint4 *b, int j) {
+    auto load_x = [&](uint4 *b, int h, int j) {
 #pragma unroll
         for (int u = 0; u < XU; u++) {
-            const int t = tl + 8 * (XU * pw + u); /* its 64-byte row, swizzled (wg_desc) */
+            const int t = tl + 8 * (XU * pw + u);
             const bool ok = t0 + t < n;
-            cp16(b + t * 4 + (q ^ ((t >> 1) & 3)), ok ? xp + (int64_t)8 * (XU * pw + u) * xc + j * 32 : xb, ok);
+            cp16(b + wg_unit(t, 4 * h + q), ok ? xp + (int64_t)8 * (XU * pw + u) * xc + j * 32 : xb, ok);
         }
     };
     auto each_chunk = [&](int s, int *j, auto f) { wg_stage(gsm, s, j, nch, cend, f); };
@@ -840,9 +847,9 @@ __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *
     for (j = j0; j >= 0; i++) {
         const int s = i % S;
         if (i >= S) mbar_wait(&empty[s], ((i / S) & 1) ^ 1);
-        each_chunk(s, &j, [&](uint4 *b, int jj) {
-            if (i >= S) load_w(b, jj);
-            load_x(b, jj);
+        each_chunk(s, &j, [&](uint4 *b, int h, int jj) {
+            if (i >= S) load_w(b, h, jj);
+            load_x(b, h, jj);
         });
         cp_commit();
         if (i >= WG_LAG) {
@@ -858,10 +865,10 @@ __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *
 
 /* ---- wg_gemm_kernel's copies by the Tensor Memory Accelerator (TMA) ---- */
 
-/* Tensor maps of a wgmma GEMM's operands: x, the input's copy (to_bf16_wg_kernel's [n][xb_cols], boxes of 32
- * columns x WG_BN tokens, 64-byte swizzle: wgmma's B rows), and w[k], the weights of part k (GLU: gate and up), boxes
- * of 32 columns x 128 rows (GLU: 64), unswizzled 64-byte rows (the consumers' fragment reads).  Rows and tokens past
- * the end read as zeros. */
+/* Tensor maps of a wgmma GEMM's operands: x, the input's copy (to_bf16_wg_kernel's [n][xb_cols], boxes of a pair's
+ * 64 columns x WG_BN tokens: wgmma's B rows), and w[k], the weights of part k (GLU: gate and up), boxes of 64 columns
+ * x 128 rows (GLU: 64; the consumers' fragment reads), both in 128-byte swizzled rows (wg_unit).  Rows, columns and
+ * tokens past the end read as zeros (a pair cut short at the end: its second chunk's columns). */
 struct wg_maps {
     CUtensorMap x, w[3];
 };
@@ -878,8 +885,8 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *m, int32_
                  : "memory");
 }
 
-/* wg_gemm_kernel's producer by TMA (one thread): the chunks in wg_producer's stages and slots, each stage's bytes
- * announced on its full mbarrier, which the copies complete; a stage's buffers reused once its empty mbarrier has
+/* wg_gemm_kernel's producer by TMA (one thread): a stage's pair in one box of each operand, its bytes announced on
+ * the stage's full mbarrier, which the copies complete; a stage's buffers reused once its empty mbarrier has
  * completed.  The first S stages' weights before the wait for the previous kernel. */
 template <bool GLU, int S>
 __device__ __forceinline__ void wg_producer_tma(const wg_maps &M, const mma_parts &P, int64_t cols, uint4 *gsm,
@@ -889,30 +896,28 @@ __device__ __forceinline__ void wg_producer_tma(const wg_maps &M, const mma_part
     int64_t lr = (int64_t)blockIdx.y * (GLU ? 64 : 128);
     const int k = GLU ? 0 : part_row(P, lr, &lr);
     const CUtensorMap *mw = k == 0 ? &M.w[0] : k == 1 ? &M.w[1] : &M.w[2];
-    auto each_chunk = [&](int s, int *j, auto f) { wg_stage(gsm, s, j, nch, cend, f); };
-    auto expect = [&](int s, int j) { /* stage s from chunk j: its chunks' bytes on its full mbarrier */
-        mbar_expect(&full[s], (uint32_t)wg_stage(gsm, s, &j, nch, cend, [](uint4 *, int) {}) * WG_SQ * 16);
-    };
-    auto load_w = [&](uint4 *b, int jj, uint64_t *bar) {
-        tma_load(b + WG_BN * 4, GLU ? &M.w[0] : mw, jj * 32, (int32_t)lr, bar);
-        if (GLU) tma_load(b + (WG_BN + 64) * 4, &M.w[1], jj * 32, (int32_t)lr, bar);
+    auto past = [&](int s, int *j) { wg_stage(gsm, s, j, nch, cend, [](uint4 *, int, int) {}); };
+    auto load_w = [&](int s, int j) { /* stage s's pair from chunk j: the weights' box(es) */
+        uint4 *b = gsm + s * WG_SQ + WG_WQ;
+        tma_load(b, GLU ? &M.w[0] : mw, j * 32, (int32_t)lr, &full[s]);
+        if (GLU) tma_load(b + 64 * 8, &M.w[1], j * 32, (int32_t)lr, &full[s]);
     };
     int j = j0, i = 0;
     for (; i < S && j >= 0; i++) {
-        expect(i, j);
-        each_chunk(i, &j, [&](uint4 *b, int jj) { load_w(b, jj, &full[i]); });
+        mbar_expect(&full[i], WG_SQ * 16); /* the boxes' bytes, zeros past the end included */
+        load_w(i, j);
+        past(i, &j);
     }
     pdl_enter();
     for (i = 0, j = j0; j >= 0; i++) {
         const int s = i % S;
         if (i >= S) {
             mbar_wait(&empty[s], ((i / S) & 1) ^ 1);
-            expect(s, j);
+            mbar_expect(&full[s], WG_SQ * 16);
+            load_w(s, j);
         }
-        each_chunk(s, &j, [&](uint4 *b, int jj) {
-            if (i >= S) load_w(b, jj, &full[s]);
-            tma_load(b, &M.x, jj * 32, t0, &full[s]);
-        });
+        tma_load(gsm + s * WG_SQ, &M.x, j * 32, t0, &full[s]);
+        past(s, &j);
     }
 }
 
@@ -978,18 +983,18 @@ __global__ void __launch_bounds__(384, 1)
     wg_gemm_kernel(const __grid_constant__ wg_maps M, mma_parts P, const uint16_t *__restrict__ xb, int64_t rows,
                    int64_t cols, int32_t n, float *__restrict__ part, int mode, float alpha, int act) {
     static_assert(!GLU || CH == CHAINS, "a GLU needs its whole sums");
-    constexpr int BN = WG_BN, NF = BN / 2, SQ = WG_SQ; /* accumulators a thread; 16-byte rows a chunk */
+    constexpr int BN = WG_BN, NF = BN / 2, SQ = WG_SQ; /* accumulators a thread; 16-byte units a stage */
     constexpr bool WHOLE = CH == CHAINS;           /* every chain here: their total (tot), then stored */
     constexpr int S = WHOLE ? WG_S : WG_S_SPLIT;   /* stages */
-    extern __shared__ __align__(1024) uint4 gsm[]; /* [S][WG_U][SQ], then the mbarriers */
-    uint64_t *full = (uint64_t *)(gsm + S * WG_U * SQ), *empty = full + S;
+    extern __shared__ __align__(1024) uint4 gsm[]; /* [S][SQ], then the mbarriers */
+    uint64_t *full = (uint64_t *)(gsm + S * SQ), *empty = full + S;
     /* warp through a shuffle: the compiler then knows it is the same in every lane (a role branch it cannot prove
      * uniform makes it serialize the wgmmas) */
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(~0u, tid >> 5, 0), g = lane >> 2, c = lane & 3;
     const int32_t t0 = blockIdx.x * BN;
     const int64_t r0 = (int64_t)blockIdx.y * (GLU ? 64 : 128);
     const int nch = (int)((cols + 31) / 32), c0 = (int)blockIdx.z * CH, cend = c0 + CH;
-    const int j0 = c0 < nch ? c0 : -1; /* the block's first chunk (none: its chains are empty) */
+    const int j0 = 2 * c0 < nch ? 2 * c0 : -1; /* the block's first chunk (none: its chains are empty) */
     if (tid == 0)
         for (int s = 0; s < S; s++) mbar_init(&full[s], TMA ? 1 : 128), mbar_init(&empty[s], 8);
     __syncthreads();
@@ -1022,23 +1027,23 @@ __global__ void __launch_bounds__(384, 1)
             });
         }
     };
-    const int wr = BN + 16 * warp + g; /* this thread's fragment rows wr, wr + 8 of a chunk's weights */
-    uint4 a[2][WG_U][2];                /* two stages' fragments: one may still be read by the wgmmas in flight */
+    const int wr = 16 * warp + g; /* this thread's fragment rows wr, wr + 8 of a stage's weights */
+    uint4 a[2][WG_U][2];           /* two stages' fragments: one may still be read by the wgmmas in flight */
     int jc = j0;
     auto stage = [&](auto par, int i) {
         constexpr int pr = decltype(par)::value;
-        const uint4 *b = gsm + (i % S) * WG_U * SQ;
+        const uint4 *b = gsm + (i % S) * SQ;
         mbar_wait(&full[i % S], (i / S) & 1);
 #pragma unroll
         for (int h = 0; h < WG_U; h++) /* all before the first wgmma: one written between two serializes them */
-            a[pr][h][0] = b[h * SQ + wr * 4 + c], a[pr][h][1] = b[h * SQ + (wr + 8) * 4 + c];
+            a[pr][h][0] = b[WG_WQ + wg_unit(wr, 4 * h + c)], a[pr][h][1] = b[WG_WQ + wg_unit(wr + 8, 4 * h + c)];
         wg_fence();
         bool last = false; /* the stage ends its chain (the producer's stages do) */
-        auto next = [&]() { last = jc + CHAINS >= nch, jc = next_chunk(jc, nch, cend); };
+        auto next = [&]() { last = chain_next(jc) >= nch, jc = next_chunk(jc, nch, cend); };
 #pragma unroll
         for (int h = 0; h < WG_U && (FULL || !last); h++) {
 #pragma unroll
-            for (int p = 0; p < 2; p++) wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(b + h * SQ + 2 * p));
+            for (int p = 0; p < 2; p++) wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(b + 4 * h + 2 * p));
             if constexpr (!FULL) next();
         }
         if constexpr (FULL) /* every stage WG_U chunks: no branch between its wgmmas (see above) */
@@ -1125,15 +1130,14 @@ static tma_encode_fn tma_encoder(void) {
     return f;
 }
 
-/* m: a bf16 matrix [rows][cols] (row pitch `pitch` bytes) in boxes of 32 columns x box_rows rows, 64-byte swizzled
- * or not; false where it cannot be encoded. */
-static bool tma_map(CUtensorMap *m, const void *base, int64_t cols, int64_t rows, int64_t pitch, uint32_t box_rows,
-                    bool swizzle) {
+/* m: a bf16 matrix [rows][cols] (row pitch `pitch` bytes) in boxes of 64 columns x box_rows rows, 128-byte
+ * swizzled; false where it cannot be encoded. */
+static bool tma_map(CUtensorMap *m, const void *base, int64_t cols, int64_t rows, int64_t pitch, uint32_t box_rows) {
     const tma_encode_fn f = tma_encoder();
     const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)pitch};
-    const cuuint32_t box[2] = {32, box_rows}, step[2] = {1, 1};
+    const cuuint32_t box[2] = {64, box_rows}, step[2] = {1, 1};
     return f && f(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box, step,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -1145,9 +1149,8 @@ static bool wg_tma_maps(wg_maps *M, const mma_parts &p, bool glu, const uint16_t
     const int m = glu ? 2 : p.m;
     for (int i = 0; i + 1 < m && !glu; i++)
         if (p.rows[i] % 128) return false;
-    bool ok = !off && tma_map(&M->x, xb, xb_cols(cols), n, xb_cols(cols) * 2, WG_BN, true);
-    for (int i = 0; i < m && ok; i++)
-        ok = tma_map(&M->w[i], p.W[i], cols, p.rows[i], cols * 2, glu ? 64 : 128, false);
+    bool ok = !off && tma_map(&M->x, xb, xb_cols(cols), n, xb_cols(cols) * 2, WG_BN);
+    for (int i = 0; i < m && ok; i++) ok = tma_map(&M->w[i], p.W[i], cols, p.rows[i], cols * 2, glu ? 64 : 128);
     return ok;
 }
 
@@ -1173,7 +1176,7 @@ static int chain_groups(int64_t tiles, int64_t sms) {
     return tiles >= 2 * sms ? 1 : CHAINS;
 }
 
-/* wg_gemm_kernel<CH, GLU> by its copies (TMA or cp.async) and whether every stage is full (cols a multiple of 256;
+/* wg_gemm_kernel<CH, GLU> by its copies (TMA or cp.async) and whether every stage is full (cols a multiple of 64;
  * with the TMA copies only: the cp.async path keeps the general stages) */
 template <int CH, bool GLU>
 static auto wg_kernel(bool tma, bool full) {
@@ -1241,7 +1244,7 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu
         const dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups);
         wg_maps M = {};
         const bool tma = wg_tma_maps(&M, p, glu, xb, cols, n);
-        const bool full = cols % (32 * CHAINS * WG_U) == 0 && !wg_full_off();
+        const bool full = cols % (32 * WG_U) == 0 && !wg_full_off();
         if (groups == 1) {
             auto k = glu ? wg_kernel<CHAINS, true>(tma, full) : wg_kernel<CHAINS, false>(tma, full);
             launch(k, grid, dim3(384), WG_SMEM_WHOLE, d, M, p, xb, rows, cols, n, part, mode, alpha, act);
