@@ -113,8 +113,12 @@ __device__ __forceinline__ float mm_val(float s, bool has_b, float b, int mode, 
     if (mode & GP_CU_ROUND) return bf16r(has_b ? s + bf16r(b) : s);
     return has_b ? s + b : s;
 }
+/* what mm_store leaves at an output whose value was old (read only under GP_CU_ACC) */
+__device__ __forceinline__ float mm_out(float old, float v, int mode) {
+    return !(mode & GP_CU_ACC) ? v : (mode & GP_CU_ROUND) ? bf16r(old + v) : old + v;
+}
 __device__ __forceinline__ void mm_store(float *o, float v, int mode) {
-    *o = !(mode & GP_CU_ACC) ? v : (mode & GP_CU_ROUND) ? bf16r(*o + v) : *o + v;
+    *o = mm_out(mode & GP_CU_ACC ? *o : 0.0f, v, mode);
 }
 
 /* act(x): SiLU or the tanh approximation of GELU */

@@ -445,14 +445,19 @@ __device__ __forceinline__ T part_of(const T (&a)[3], int k) {
 }
 
 /* Output (t, r) of the stacked parts: v (the chains' total) through mm_val (the part's bias, rounding) and mm_store. */
-__device__ __forceinline__ void store_out(const mma_parts &P, float v, int32_t t, int64_t r, int mode, float alpha) {
+__device__ __forceinline__ float *out_at(const mma_parts &P, float v, int32_t t, int64_t r, int mode, float alpha,
+                                         float *val) {
     int64_t lr;
     const int k = part_row(P, r, &lr);
     const void *B = part_of(P.B, k);
-    const int64_t pr = part_of(P.rows, k);
-    float *Y = part_of(P.Y, k);
     const int bdt = part_of(P.bdt, k);
-    mm_store(Y + (size_t)t * pr + lr, mm_val(v, B != NULL, B ? wt_at(B, bdt, lr) : 0.0f, mode, alpha), mode);
+    *val = mm_val(v, B != NULL, B ? wt_at(B, bdt, lr) : 0.0f, mode, alpha);
+    return part_of(P.Y, k) + (size_t)t * part_of(P.rows, k) + lr;
+}
+__device__ __forceinline__ void store_out(const mma_parts &P, float v, int32_t t, int64_t r, int mode, float alpha) {
+    float val;
+    float *o = out_at(P, v, t, r, mode, alpha, &val);
+    mm_store(o, val, mode);
 }
 
 /* The GLU tile's outputs: warps 2, 3 of each row of warps hold the up products of the rows whose gate products warps
@@ -966,15 +971,41 @@ __device__ __forceinline__ void wg_store_glu(const mma_parts &P, const float *es
     }
 }
 
-/* A whole GEMM's outputs from the staged totals es: rows r0 + 64 h .. of warpgroup h, as store_out stores them. */
+/* A whole GEMM's outputs from the staged totals es: rows r0 + 64 h .. of warpgroup h, as store_out stores them.
+ * Adding to the residual (GP_CU_ACC), WG_OUTB of a thread's outputs at a time, their reads issued together before any
+ * store (one at a time, the 8B shape's o and down waited a memory latency per output: 29% and 14% slower; batched
+ * without the reads, q|k|v was 2-5% slower; BENCHMARKS.md). */
+#define WG_OUTB 8
+static_assert(2 * WG_BN * 64 % (256 * WG_OUTB) == 0, "the epilogue's batches");
 __device__ __forceinline__ void wg_store_whole(const mma_parts &P, const float *es, int32_t t0, int64_t r0,
                                                int64_t rows, int32_t n, int mode, float alpha) {
+    if (!(mode & GP_CU_ACC)) {
 #pragma unroll 1
-    for (int k = threadIdx.x; k < 2 * WG_BN * 64; k += 256) {
-        const int h = k / (WG_BN * 64), tl = (k >> 6) % WG_BN;
-        const int32_t t = t0 + tl;
-        const int64_t r = r0 + 64 * h + (k & 63);
-        if (t < n && r < rows) store_out(P, es[(h * WG_BN + tl) * WG_ES + (k & 63)], t, r, mode, alpha);
+        for (int k = threadIdx.x; k < 2 * WG_BN * 64; k += 256) {
+            const int h = k / (WG_BN * 64), tl = (k >> 6) % WG_BN;
+            const int32_t t = t0 + tl;
+            const int64_t r = r0 + 64 * h + (k & 63);
+            if (t < n && r < rows) store_out(P, es[(h * WG_BN + tl) * WG_ES + (k & 63)], t, r, mode, alpha);
+        }
+        return;
+    }
+#pragma unroll 1
+    for (int k0 = threadIdx.x; k0 < 2 * WG_BN * 64; k0 += 256 * WG_OUTB) {
+        float *o[WG_OUTB], v[WG_OUTB], old[WG_OUTB];
+#pragma unroll
+        for (int u = 0; u < WG_OUTB; u++) {
+            const int k = k0 + 256 * u, h = k / (WG_BN * 64), tl = (k >> 6) % WG_BN;
+            const int32_t t = t0 + tl;
+            const int64_t r = r0 + 64 * h + (k & 63);
+            v[u] = 0.0f;
+            o[u] = t < n && r < rows ? out_at(P, es[(h * WG_BN + tl) * WG_ES + (k & 63)], t, r, mode, alpha, &v[u])
+                                     : NULL;
+        }
+#pragma unroll
+        for (int u = 0; u < WG_OUTB; u++) old[u] = o[u] ? *o[u] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < WG_OUTB; u++)
+            if (o[u]) *o[u] = mm_out(old[u], v[u], mode);
     }
 }
 
