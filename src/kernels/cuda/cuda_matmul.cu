@@ -184,23 +184,31 @@ __device__ __forceinline__ void dot1(float *__restrict__ acc, const void *const 
 }
 
 /* One token: warp w of the block computes row r0 + w (dot1), and the block's first lanes store its WARPS_PER_BLOCK
- * outputs together (one 32-byte write, also where y is pinned host memory: the lm_head's logits). */
+ * outputs together (one 32-byte write, also where y is pinned host memory: the lm_head's logits).  A storing thread
+ * reads its output's bias first and its residual (GP_CU_ACC) once the previous kernel is done, before the products:
+ * read after them, they were a memory latency at the kernel's end. */
 template <int DT>
 __device__ __forceinline__ void matmul_one(float *__restrict__ y, const float *__restrict__ x, const void *W,
                                            int64_t rows, int64_t cols, const void *bias, int bias_dt, int mode,
                                            float alpha) {
     __shared__ float ys[WARPS_PER_BLOCK];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t r0 = (int64_t)blockIdx.x * WARPS_PER_BLOCK, r = r0 + warp;
-    float acc[1];
+    const int64_t r0 = (int64_t)blockIdx.x * WARPS_PER_BLOCK, r = r0 + warp, rs = r0 + threadIdx.x;
+    const bool st = threadIdx.x < WARPS_PER_BLOCK && rs < rows; /* this thread stores row rs */
+    const float b = st && bias ? wt_at(bias, bias_dt, rs) : 0.0f;
+    float old = 0.0f, acc[1];
     const void *const W1[1] = {W};
-    dot1<DT, 1>(acc, W1, r, r < rows, cols, lane, mode & GP_CU_ROUNDW, [&] { return x; }, (mode & GP_CU_EARLY) != 0);
+    auto prep = [&] {
+        if (st && (mode & GP_CU_ACC)) old = y[rs];
+        return x;
+    };
+    dot1<DT, 1>(acc, W1, r, r < rows, cols, lane, mode & GP_CU_ROUNDW, prep, (mode & GP_CU_EARLY) != 0);
     if (r < rows) {
         const float s = warp_sum(acc[0]);
-        if (lane == 0) ys[warp] = mm_val(s, bias != NULL, bias ? wt_at(bias, bias_dt, r) : 0.0f, mode, alpha);
+        if (lane == 0) ys[warp] = s;
     }
     __syncthreads();
-    if (threadIdx.x < WARPS_PER_BLOCK && r0 + threadIdx.x < rows) mm_store(y + r0 + threadIdx.x, ys[threadIdx.x], mode);
+    if (st) y[rs] = mm_out(old, mm_val(ys[threadIdx.x], bias != NULL, b, mode, alpha), mode);
 }
 
 /* Grid (ceil(rows / WARPS_PER_BLOCK), ceil(n / T)); warp = row, blockIdx.y = tile of T tokens.  VEC: the 16-byte
