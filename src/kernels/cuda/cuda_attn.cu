@@ -1291,7 +1291,8 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
         const attn_pre c = pre_copy(d, a, pl);
         if (c.k) launch(attn_kv_bf16_kernel, dim3((unsigned)(c.np / SPLIT), (unsigned)a->n_kv), dim3(256),
                         (size_t)2 * SPLIT * pl.ld * sizeof(float), d, *a, pl, c);
-        launch(mma_chunk_kernels[c.k != NULL][K == 4][hd > 64], grid, blk, mma_chunk_smem(hd, w, c.k != NULL), d, *a, pl, qt, c);
+        launch(mma_chunk_kernels[c.k != NULL][K == 4][hd > 64], grid, blk, mma_chunk_smem(hd, w, c.k != NULL), d, *a,
+               pl, qt, c);
         return (int)cudaGetLastError();
     }
     /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
