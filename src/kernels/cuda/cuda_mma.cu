@@ -801,9 +801,10 @@ __device__ __forceinline__ void wg_frag(float (&v)[BN / 2], int32_t t0, int64_t 
  * fragments read as mma16816's; B: the tokens), keeps one stage's products in flight and frees a buffer when its
  * products are done.  Blocks of one weight tile are adjacent in the grid (x: token tiles), so a weight tile is read
  * from memory once and from L2 by the others.  FULL (no pair cut short: cols a multiple of 64, wg_kernel): a
- * stage's wgmmas without a branch between them; with one, ptxas closes a wgmma group before it and commits with an
- * extra wgmma after it, so wg_wait<1> then waited for the stage's own products (ncu on the H100: the whole GEMMs 1-3%
- * faster without it; BENCHMARKS.md). */
+ * stage's wgmmas without a branch between them or before their commit (the chain's next chunk is found first); with
+ * one, ptxas closes a wgmma group before it and commits with an extra wgmma after it, so wg_wait<1> then waited for
+ * the stage's own products (ncu on the H100: the whole GEMMs 1-3% faster without the branches between the wgmmas,
+ * 4-7% more without the one before the commit; BENCHMARKS.md). */
 template <bool GLU, int S>
 __device__ __forceinline__ void wg_producer(const mma_parts &P, const uint16_t *__restrict__ xb, int64_t rows,
                                               int64_t cols, int32_t n, uint4 *gsm, uint64_t *full, uint64_t *empty,
@@ -1068,17 +1069,17 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int h = 0; h < WG_U; h++) /* all before the first wgmma: one written between two serializes them */
             a[pr][h][0] = b[WG_WQ + wg_unit(wr, 4 * h + c)], a[pr][h][1] = b[WG_WQ + wg_unit(wr + 8, 4 * h + c)];
-        wg_fence();
         bool last = false; /* the stage ends its chain (the producer's stages do) */
         auto next = [&]() { last = chain_next(jc) >= nch, jc = next_chunk(jc, nch, cend); };
+        if constexpr (FULL) /* every stage WG_U chunks: no branch between its wgmmas and their commit (see above) */
+            for (int h = 0; h < WG_U; h++) next();
+        wg_fence();
 #pragma unroll
         for (int h = 0; h < WG_U && (FULL || !last); h++) {
 #pragma unroll
             for (int p = 0; p < 2; p++) wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(b + 4 * h + 2 * p));
             if constexpr (!FULL) next();
         }
-        if constexpr (FULL) /* every stage WG_U chunks: no branch between its wgmmas (see above) */
-            for (int h = 0; h < WG_U; h++) next();
         wg_commit();
         if (last) {
             wg_wait<0>();
