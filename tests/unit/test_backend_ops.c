@@ -643,6 +643,53 @@ static int composite_case(gp_backend *be, int32_t compute, int32_t n, int32_t E)
     return bad;
 }
 
+/* rope_qk (per-head norms, then rope; the cache rows written beside) against rmsnorm and rope apart, for heads of hd
+ * elements in one compute mode: 0 where every output has the parts' bits. */
+static int rope_qk_case(gp_backend *be, int32_t compute, int32_t hd) {
+    enum { N = 5, NH = 3, NKV = 2, POS = 7 };
+    gp_ws_params p = {.n_threads = 2, .max_tokens = N, .max_keys = 1, .head_dim = hd, .compute = compute,
+                      .max_cols = NH * hd};
+    gp_ws *ws = NULL;
+    if (be->ops->ws_init(be, &p, &ws) != GP_OK) return 1;
+    float *inv = malloc(sizeof(float) * (size_t)hd / 2), *nv = rand_vec((size_t)hd, 61, 1);
+    float *ne = malloc(sizeof(float) * (size_t)hd), *qk = rand_vec((size_t)N * (NH + NKV) * hd, 62, 2);
+    for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
+    void *hn;
+    gp_wt norm = make_weight(be, GP_WFMT_BF16, nv, 1, hd, ne, &hn);
+    float *dinv = bu_dev_from(be, inv, (size_t)hd / 2), *d[4];
+    const size_t nq = (size_t)N * NH * hd, nk = (size_t)N * NKV * hd;
+    for (int i = 0; i < 4; i++) d[i] = bu_dev_from(be, qk + (i & 1 ? nq : 0), i & 1 ? nk : nq);
+    be->ops->rope_qk(ws, d[0], d[1], N, NH, NKV, hd, POS, dinv, &norm, &norm, 1e-6f, 0, NULL);
+    be->ops->rmsnorm(ws, d[2], d[2], &norm, N * NH, hd, 1e-6f, 0);
+    be->ops->rmsnorm(ws, d[3], d[3], &norm, N * NKV, hd, 1e-6f, 0);
+    be->ops->rope(ws, d[2], N, NH, hd, POS, dinv);
+    be->ops->rope(ws, d[3], N, NKV, hd, POS, dinv);
+    const int bad = !same_bits(be, ws, d[0], d[2], nq) + !same_bits(be, ws, d[1], d[3], nk);
+    for (int i = 0; i < 4; i++) be->ops->dealloc(be, d[i]);
+    be->ops->unbind_weight(be, &norm);
+    be->ops->dealloc(be, dinv);
+    be->ops->ws_free(ws);
+    free(inv), free(nv), free(ne), free(qk), free(hn);
+    return bad;
+}
+
+TEST(backend_ops_rope_qk_gives_its_parts_bits_at_model_head_sizes) {
+    /* 64-256: a device's heads in registers; 96 and 80: its general path */
+    const int32_t hds[] = {64, 128, 192, 256, 96, 80};
+    for (size_t b = 0; b < N_BACKENDS; b++) {
+        gp_backend *be = open_backend(b);
+        if (!be) continue;
+        int bad = 0;
+        for (int32_t mode = 0; mode < 2; mode++)
+            for (size_t i = 0; i < sizeof hds / sizeof hds[0]; i++)
+                bad += rope_qk_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, hds[i]);
+        NOTE("%s: rope_qk (head norms, then rope) vs rmsnorm and rope apart (f32 and bf16 modes, head_dim 64, 128, 192, "
+             "256, 96, 80): %d outputs differ (want 0)", BACKENDS[b].name, bad);
+        CHECK_EQ_INT(bad, 0);
+        gp_backend_free(be);
+    }
+}
+
 TEST(backend_ops_composite_ops_give_their_parts_bits) {
     for (size_t b = 0; b < N_BACKENDS; b++) {
         gp_backend *be = open_backend(b);

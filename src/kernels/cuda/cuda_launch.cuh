@@ -288,18 +288,21 @@ __device__ __forceinline__ void rope_angles(float2 *cs, int half, float p, const
     for (int i = threadIdx.x; i < half; i += blockDim.x) cs[i] = rope_cs(i, p, inv_freq, bf);
 }
 
-/* Rotates the pair (v[i], v[i + half]) of a head by cs = rope_cs(i, ..): each product and the sum rounded apart, as
- * the CPU's ISO C (no fused multiply-add, so the bits do not depend on where the compiler finds cs); bf16 mode as
- * the CPU op: each product and the sum rounded to bf16. */
-__device__ __forceinline__ void rotate_pair(float *v, int i, int half, float2 cs, int bf) {
-    const float x1 = v[i], x2 = v[i + half];
+/* Rotates the pair (a, b) = (v[i], v[i + half]) of a head by cs = rope_cs(i, ..): each product and the sum rounded
+ * apart, as the CPU's ISO C (no fused multiply-add, so the bits do not depend on where the compiler finds cs); bf16
+ * mode as the CPU op: each product and the sum rounded to bf16. */
+__device__ __forceinline__ void rotate_vals(float &a, float &b, float2 cs, int bf) {
+    const float x1 = a, x2 = b;
     if (bf) {
-        v[i] = bf16r(bf16r(x1 * cs.x) - bf16r(x2 * cs.y));
-        v[i + half] = bf16r(bf16r(x2 * cs.x) + bf16r(x1 * cs.y));
+        a = bf16r(bf16r(x1 * cs.x) - bf16r(x2 * cs.y));
+        b = bf16r(bf16r(x2 * cs.x) + bf16r(x1 * cs.y));
     } else {
-        v[i] = __fsub_rn(__fmul_rn(x1, cs.x), __fmul_rn(x2, cs.y));
-        v[i + half] = __fadd_rn(__fmul_rn(x2, cs.x), __fmul_rn(x1, cs.y));
+        a = __fsub_rn(__fmul_rn(x1, cs.x), __fmul_rn(x2, cs.y));
+        b = __fadd_rn(__fmul_rn(x2, cs.x), __fmul_rn(x1, cs.y));
     }
+}
+__device__ __forceinline__ void rotate_pair(float *v, int i, int half, float2 cs, int bf) {
+    rotate_vals(v[i], v[i + half], cs, bf);
 }
 
 /* One head x [hd] by one warp, as gp_cu_rope_qk does it: RMS-normalized by the weight g when given (with the order of
@@ -318,6 +321,32 @@ __device__ __forceinline__ void rope_head_warp(float *x, int32_t hd, const gp_cu
     }
     for (int i = lane; i < hd / 2; i += 32) rotate_pair(x, i, hd / 2, cs[i], bf);
     __syncwarp();
+}
+
+/* rope_head_warp's bits with the head in registers: lane l holds v[j] = x[l + 32 j] of a head of hd = 32 J elements,
+ * J even (each rotated pair (i, i + hd / 2) in one lane) and at most 8.  The sum of squares in rms_inv_warp's order:
+ * virtual thread l + 32 w of rms_threads(hd) takes elements j = w, w + W, ... in order. */
+template <int J>
+__device__ __forceinline__ void rope_head_regs(float (&v)[J], const gp_cu_wt &g, float eps, int plus_one, int bf,
+                                               const float2 *cs) {
+    static_assert(J % 2 == 0 && J <= 8, "a head of 64, 128, 192 or 256 elements");
+    constexpr int hd = 32 * J, W = hd >= 1024 ? 8 : hd >= 128 ? 4 : 1; /* rms_threads(hd) / 32 */
+    const int lane = threadIdx.x & 31;
+    if (g.data) {
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; w++) {
+            float ss = 0.0f;
+#pragma unroll
+            for (int m = w; m < J; m += W) ss += v[m] * v[m];
+            s += warp_sum(ss);
+        }
+        const float inv = rms_scale(s, hd, eps, bf);
+#pragma unroll
+        for (int j = 0; j < J; j++) v[j] = rms_val(v[j], inv, wt_at(g.data, g.dtype, lane + 32 * j), plus_one, bf);
+    }
+#pragma unroll
+    for (int j = 0; j < J / 2; j++) rotate_vals(v[j], v[j + J / 2], cs[lane + 32 * j], bf);
 }
 
 /* The decode projections' input: x, or (NORM) its RMSNorm computed by the whole block into xs [cols] (shared), with

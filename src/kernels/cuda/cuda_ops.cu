@@ -34,10 +34,57 @@ extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt 
 }
 
 /* ---- rope: block per token, warp per head ---- */
+/* rope_qk_kernel with its heads in registers, ROPE_HB a warp at a time: their reads issued before the angles are
+ * computed, one read and one write of each head (rope_head_warp's reads and writes in place, a memory latency each,
+ * were most of the op's time: BENCHMARKS.md) */
+#define ROPE_HB 8
+template <int J>
+__device__ __forceinline__ void rope_qk_regs(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, float2 *cs,
+                                             float p, const float *inv_freq, const gp_cu_wt &qn, const gp_cu_wt &kn,
+                                             float eps, int plus_one, int bf, float *kf, float *vf, const float *v,
+                                             int32_t r0) {
+    const int32_t t = blockIdx.x, lane = threadIdx.x & 31, nw = blockDim.x >> 5, w = threadIdx.x >> 5, H = nh + nkv;
+    const size_t kvd = (size_t)nkv * hd;
+    auto head = [&](int32_t h) {
+        return h < nh ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + (h - nh)) * hd;
+    };
+    float r[ROPE_HB][J];
+    auto load = [&](int32_t base) {
+#pragma unroll
+        for (int b = 0; b < ROPE_HB; b++) {
+            const int32_t h = base + w + nw * b;
+            if (h < H)
+#pragma unroll
+                for (int j = 0; j < J; j++) r[b][j] = head(h)[lane + 32 * j];
+        }
+    };
+    load(0);
+    rope_angles(cs, hd / 2, p, inv_freq, bf);
+    __syncthreads();
+    for (int32_t base = 0; base < H; base += nw * ROPE_HB) {
+        if (base) load(base);
+#pragma unroll
+        for (int b = 0; b < ROPE_HB; b++) {
+            const int32_t h = base + w + nw * b;
+            if (h >= H) continue;
+            rope_head_regs<J>(r[b], h < nh ? qn : kn, eps, plus_one, bf, cs);
+            float *x = head(h);
+#pragma unroll
+            for (int j = 0; j < J; j++) x[lane + 32 * j] = r[b][j];
+            if (!kf || h < nh) continue;
+            const size_t o = (size_t)(r0 + t) * kvd + (size_t)(h - nh) * hd + lane;
+            const size_t src = (size_t)t * kvd + (size_t)(h - nh) * hd + lane;
+#pragma unroll
+            for (int j = 0; j < J; j++) kf[o + 32 * j] = r[b][j], vf[o + 32 * j] = v[src + 32 * j];
+        }
+    }
+}
+
 /* Block per token t of q [n, nh, hd] and k [n, nkv, hd]: the angles' cos and sin once into shared memory, then warp w
  * takes heads w, w + warps, ... (q's, then k's) as rope_head_warp does (RMS-normalized by the head's norm weight when
- * given, with rmsnorm_kernel's summation order; rotated at position pos0 + t); with kf, a k head and its v head also
- * go to row r0 + t of the cache's float rows. */
+ * given, with rmsnorm_kernel's bits; rotated at position pos0 + t); with kf, a k head and its v head also go to row
+ * r0 + t of the cache's float rows.  J > 0 (hd = 32 J): rope_qk_regs. */
+template <int J>
 __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
                                const float *inv_freq, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one, int bf,
                                float *kf, float *vf, const float *v, int32_t r0) {
@@ -45,6 +92,10 @@ __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int3
     extern __shared__ float2 cs[]; /* [hd / 2] */
     const int32_t t = blockIdx.x, half = hd / 2, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const float p = (float)(pos0 + t);
+    if constexpr (J > 0) {
+        rope_qk_regs<J>(q, k, nh, nkv, hd, cs, p, inv_freq, qn, kn, eps, plus_one, bf, kf, vf, v, r0);
+        return;
+    }
     rope_angles(cs, half, p, inv_freq, bf);
     __syncthreads();
     const size_t kvd = (size_t)nkv * hd;
@@ -57,14 +108,25 @@ __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int3
     }
 }
 
+/* rope_qk_kernel<J> for a head of hd elements: in registers where hd is 64, 128, 192 or 256, else in place; 256
+ * threads a token */
+static void launch_rope_qk(gp_cu *d, int32_t n, int32_t hd, size_t sh, float *q, float *k, int32_t nh, int32_t nkv,
+                           int32_t pos0, const float *inv_freq, const gp_cu_wt &gq, const gp_cu_wt &gk, float eps,
+                           int plus_one, float *kf, float *vf, const float *v, int32_t r0) {
+    const int J = hd % 64 == 0 && hd <= 256 ? hd / 32 : 0, bf = gp_cu_bf16(d);
+    auto kern = J == 2 ? rope_qk_kernel<2> : J == 4 ? rope_qk_kernel<4> : J == 6 ? rope_qk_kernel<6>
+              : J == 8 ? rope_qk_kernel<8> : rope_qk_kernel<0>;
+    launch(kern, n, 256, sh, d, q, k, nh, nkv, hd, pos0, inv_freq, gq, gk, eps, plus_one, bf, kf, vf, v, r0);
+}
+
 extern "C" int gp_cu_rope_qk(gp_cu *d, float *q, float *k, int32_t n, int32_t nh, int32_t nkv, int32_t hd,
                              int32_t pos0, const float *inv_freq, const gp_cu_wt *qn, const gp_cu_wt *kn, float eps,
                              int plus_one, float *kf, float *vf, const float *v, int32_t r0) {
     if (n <= 0 || nh + nkv <= 0 || hd < 2) return 0;
     const gp_cu_wt none = {};
     const gp_cu_wt gq = qn && qn->data ? *qn : none, gk = kn && kn->data ? *kn : none;
-    launch(rope_qk_kernel, n, 256, (size_t)(hd / 2) * sizeof(float2), d, q, k, nh, nkv, hd, pos0, inv_freq, gq, gk,
-           eps, plus_one, gp_cu_bf16(d), kf, vf, v, r0);
+    launch_rope_qk(d, n, hd, (size_t)(hd / 2) * sizeof(float2), q, k, nh, nkv, pos0, inv_freq, gq, gk, eps, plus_one,
+                   kf, vf, v, r0);
     return (int)cudaGetLastError();
 }
 
