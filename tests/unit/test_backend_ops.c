@@ -643,8 +643,8 @@ static int composite_case(gp_backend *be, int32_t compute, int32_t n, int32_t E)
     return bad;
 }
 
-/* rope_qk (per-head norms, then rope; the cache rows written beside) against rmsnorm and rope apart, for heads of hd
- * elements in one compute mode: 0 where every output has the parts' bits. */
+/* rope_qk (per-head norms, then rope; no cache store: the model suites check that) against rmsnorm and rope apart,
+ * for heads of hd elements in one compute mode: 0 where every output has the parts' bits. */
 static int rope_qk_case(gp_backend *be, int32_t compute, int32_t hd) {
     enum { N = 5, NH = 3, NKV = 2, POS = 7 };
     gp_ws_params p = {.n_threads = 2, .max_tokens = N, .max_keys = 1, .head_dim = hd, .compute = compute,
