@@ -34,15 +34,26 @@ extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt 
 }
 
 /* ---- rope: block per token, warp per head ---- */
-/* rope_qk_kernel with its heads in registers, ROPE_HB a warp at a time: their reads issued before the angles are
- * computed, one read and one write of each head (rope_head_warp's reads and writes in place, a memory latency each,
- * were most of the op's time: BENCHMARKS.md) */
+/* rope_qk_kernel with its heads in registers, ROPE_HB a warp at a time, one read and one write of each: the angles'
+ * cos and sin and the head norms' weights (widened to float32: the same values) go to shared memory before the wait
+ * for the previous kernel (nothing writes them), the heads' reads are issued before the block synchronizes
+ * (rope_head_warp's reads and writes in place, and a read of the norm's weights after each head's sum, each a
+ * memory latency: BENCHMARKS.md) */
 #define ROPE_HB 8
 template <int J>
 __device__ __forceinline__ void rope_qk_regs(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, float2 *cs,
                                              float p, const float *inv_freq, const gp_cu_wt &qn, const gp_cu_wt &kn,
                                              float eps, int plus_one, int bf, float *kf, float *vf, const float *v,
                                              int32_t r0) {
+    float *gw = (float *)(cs + hd / 2); /* [2][hd]: q's norm weights, k's */
+    rope_angles(cs, hd / 2, p, inv_freq, bf);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        gw[i] = qn.data ? wt_at(qn.data, qn.dtype, i) : 0.0f;
+        gw[hd + i] = kn.data ? wt_at(kn.data, kn.dtype, i) : 0.0f;
+    }
+    gp_cu_wt gq = qn, gk = kn;
+    gq.data = qn.data ? gw : NULL, gk.data = kn.data ? gw + hd : NULL, gq.dtype = gk.dtype = GP_CU_F32;
+    pdl_enter();
     const int32_t t = blockIdx.x, lane = threadIdx.x & 31, nw = blockDim.x >> 5, w = threadIdx.x >> 5, H = nh + nkv;
     const size_t kvd = (size_t)nkv * hd;
     auto head = [&](int32_t h) {
@@ -59,7 +70,6 @@ __device__ __forceinline__ void rope_qk_regs(float *q, float *k, int32_t nh, int
         }
     };
     load(0);
-    rope_angles(cs, hd / 2, p, inv_freq, bf);
     __syncthreads();
     for (int32_t base = 0; base < H; base += nw * ROPE_HB) {
         if (base) load(base);
@@ -67,7 +77,7 @@ __device__ __forceinline__ void rope_qk_regs(float *q, float *k, int32_t nh, int
         for (int b = 0; b < ROPE_HB; b++) {
             const int32_t h = base + w + nw * b;
             if (h >= H) continue;
-            rope_head_regs<J>(r[b], h < nh ? qn : kn, eps, plus_one, bf, cs);
+            rope_head_regs<J>(r[b], h < nh ? gq : gk, eps, plus_one, bf, cs);
             float *x = head(h);
 #pragma unroll
             for (int j = 0; j < J; j++) x[lane + 32 * j] = r[b][j];
@@ -88,14 +98,14 @@ template <int J>
 __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
                                const float *inv_freq, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one, int bf,
                                float *kf, float *vf, const float *v, int32_t r0) {
-    pdl_enter();
-    extern __shared__ float2 cs[]; /* [hd / 2] */
+    extern __shared__ float2 cs[]; /* [hd / 2] (J > 0: then the norms' weights, rope_qk_regs) */
     const int32_t t = blockIdx.x, half = hd / 2, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const float p = (float)(pos0 + t);
     if constexpr (J > 0) {
         rope_qk_regs<J>(q, k, nh, nkv, hd, cs, p, inv_freq, qn, kn, eps, plus_one, bf, kf, vf, v, r0);
         return;
     }
+    pdl_enter();
     rope_angles(cs, half, p, inv_freq, bf);
     __syncthreads();
     const size_t kvd = (size_t)nkv * hd;
@@ -110,10 +120,11 @@ __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int3
 
 /* rope_qk_kernel<J> for a head of hd elements: in registers where hd is 64, 128, 192 or 256, else in place; 256
  * threads a token */
-static void launch_rope_qk(gp_cu *d, int32_t n, int32_t hd, size_t sh, float *q, float *k, int32_t nh, int32_t nkv,
-                           int32_t pos0, const float *inv_freq, const gp_cu_wt &gq, const gp_cu_wt &gk, float eps,
-                           int plus_one, float *kf, float *vf, const float *v, int32_t r0) {
+static void launch_rope_qk(gp_cu *d, int32_t n, int32_t hd, float *q, float *k, int32_t nh, int32_t nkv, int32_t pos0,
+                           const float *inv_freq, const gp_cu_wt &gq, const gp_cu_wt &gk, float eps, int plus_one,
+                           float *kf, float *vf, const float *v, int32_t r0) {
     const int J = hd % 64 == 0 && hd <= 256 ? hd / 32 : 0, bf = gp_cu_bf16(d);
+    const size_t sh = (size_t)(hd / 2) * sizeof(float2) + (J ? (size_t)2 * hd * sizeof(float) : 0);
     auto kern = J == 2 ? rope_qk_kernel<2> : J == 4 ? rope_qk_kernel<4> : J == 6 ? rope_qk_kernel<6>
               : J == 8 ? rope_qk_kernel<8> : rope_qk_kernel<0>;
     launch(kern, n, 256, sh, d, q, k, nh, nkv, hd, pos0, inv_freq, gq, gk, eps, plus_one, bf, kf, vf, v, r0);
@@ -125,8 +136,7 @@ extern "C" int gp_cu_rope_qk(gp_cu *d, float *q, float *k, int32_t n, int32_t nh
     if (n <= 0 || nh + nkv <= 0 || hd < 2) return 0;
     const gp_cu_wt none = {};
     const gp_cu_wt gq = qn && qn->data ? *qn : none, gk = kn && kn->data ? *kn : none;
-    launch_rope_qk(d, n, hd, (size_t)(hd / 2) * sizeof(float2), q, k, nh, nkv, pos0, inv_freq, gq, gk, eps, plus_one,
-                   kf, vf, v, r0);
+    launch_rope_qk(d, n, hd, q, k, nh, nkv, pos0, inv_freq, gq, gk, eps, plus_one, kf, vf, v, r0);
     return (int)cudaGetLastError();
 }
 
