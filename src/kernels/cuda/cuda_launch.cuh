@@ -172,7 +172,7 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
 }
 
 /* RMSNorm's thread count for a row of dim elements: its sum of squares is summed by that many strided partials. */
-__host__ __device__ __forceinline__ int rms_threads(int32_t dim) {
+__host__ __device__ __forceinline__ constexpr int rms_threads(int32_t dim) {
     return dim >= 1024 ? 256 : dim >= 128 ? 128 : 32;
 }
 
@@ -330,7 +330,7 @@ template <int J>
 __device__ __forceinline__ void rope_head_regs(float (&v)[J], const gp_cu_wt &g, float eps, int plus_one, int bf,
                                                const float2 *cs) {
     static_assert(J % 2 == 0 && J <= 8, "a head of 64, 128, 192 or 256 elements");
-    constexpr int hd = 32 * J, W = hd >= 1024 ? 8 : hd >= 128 ? 4 : 1; /* rms_threads(hd) / 32 */
+    constexpr int hd = 32 * J, W = rms_threads(hd) / 32;
     const int lane = threadIdx.x & 31;
     if (g.data) {
         float s = 0.0f;

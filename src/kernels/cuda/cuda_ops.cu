@@ -34,6 +34,11 @@ extern "C" int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt 
 }
 
 /* ---- rope: block per token, warp per head ---- */
+/* head h of token t: q [n, nh, hd]'s heads, then k [n, nkv, hd]'s */
+__device__ __forceinline__ float *qk_head(float *q, float *k, int32_t t, int32_t nh, int32_t nkv, int32_t hd,
+                                          int32_t h) {
+    return h < nh ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + (h - nh)) * hd;
+}
 /* rope_qk_kernel with its heads in registers, ROPE_HB a warp at a time, one read and one write of each: the angles'
  * cos and sin and the head norms' weights (widened to float32: the same values) go to shared memory before the wait
  * for the previous kernel (nothing writes them), the heads' reads are issued before the block synchronizes
@@ -56,9 +61,7 @@ __device__ __forceinline__ void rope_qk_regs(float *q, float *k, int32_t nh, int
     pdl_enter();
     const int32_t t = blockIdx.x, lane = threadIdx.x & 31, nw = blockDim.x >> 5, w = threadIdx.x >> 5, H = nh + nkv;
     const size_t kvd = (size_t)nkv * hd;
-    auto head = [&](int32_t h) {
-        return h < nh ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + (h - nh)) * hd;
-    };
+    auto head = [&](int32_t h) { return qk_head(q, k, t, nh, nkv, hd, h); };
     float r[ROPE_HB][J];
     auto load = [&](int32_t base) {
 #pragma unroll
@@ -110,7 +113,7 @@ __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int3
     __syncthreads();
     const size_t kvd = (size_t)nkv * hd;
     for (int32_t h = threadIdx.x >> 5; h < nh + nkv; h += nw) {
-        float *x = h < nh ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + (h - nh)) * hd;
+        float *x = qk_head(q, k, t, nh, nkv, hd, h);
         rope_head_warp(x, hd, h < nh ? qn : kn, eps, plus_one, bf, cs);
         if (!kf || h < nh) continue;
         const size_t o = (size_t)(r0 + t) * kvd + (size_t)(h - nh) * hd, src = (size_t)t * kvd + (size_t)(h - nh) * hd;
