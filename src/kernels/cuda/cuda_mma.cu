@@ -953,22 +953,48 @@ __device__ __forceinline__ const float *wg_stage_out(float (&tot)[WG_BN / 2], fl
     return es;
 }
 
-/* The GLU tile's outputs from the staged totals es (consumer warpgroup 0's: the gate rows' sums, 1's: the same
- * rows' up sums): y [n, rows] = glu_val(gate, up) of the two mm_val'd, store_glu's bits, a token's 64 rows by adjacent
- * consumer threads. */
+/* Output (token tl of the tile, row r) of a GLU tile from the staged totals es (consumer warpgroup 0's: the gate
+ * rows' sums, 1's: the same rows' up sums, rows from the tile's r0): glu_val of the two mm_val'd, store_glu's bits. */
+__device__ __forceinline__ float wg_glu_out(const mma_parts &P, const float *es, int tl, int64_t r0, int r, int mode,
+                                            int act) {
+    const float *e = es + tl * WG_ES + r;
+    const float bg = P.B[0] ? wt_at(P.B[0], P.bdt[0], r0 + r) : 0.0f;
+    const float bu = P.B[1] ? wt_at(P.B[1], P.bdt[1], r0 + r) : 0.0f;
+    const float gv = mm_val(e[0], P.B[0] != NULL, bg, mode, 1.0f);
+    const float uv = mm_val(e[WG_BN * WG_ES], P.B[1] != NULL, bu, mode, 1.0f);
+    return glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
+}
+
+/* The GLU tile's outputs y [n, rows] (wg_glu_out), a token's 64 rows by adjacent consumer threads; with xo (rows %
+ * 32 == 0) also the next GEMM's input copy of y (to_bf16_wg_kernel's bits), a thread an xo unit: its 8 outputs
+ * (columns k0 + 8 c + {0, 1}) stored as 4 pairs and one 16-byte unit (one output at a time, the copy's 2-byte stores
+ * cost the GLU more than half of the copy kernel they saved, BENCHMARKS.md). */
 __device__ __forceinline__ void wg_store_glu(const mma_parts &P, const float *es, int32_t t0, int64_t r0, int64_t rows,
-                                             int32_t n, int mode, int act) {
-    const int bf = (mode & GP_CU_ROUND) != 0;
+                                             int32_t n, int mode, int act, uint16_t *xo) {
+    if (!xo) {
 #pragma unroll 1
-    for (int k = threadIdx.x; k < WG_BN * 64; k += 256) {
-        const int32_t t = t0 + (k >> 6);
-        const int64_t r = r0 + (k & 63);
-        if (t >= n || r >= rows) continue;
-        const float *e = es + (k >> 6) * WG_ES + (k & 63);
-        const float bg = P.B[0] ? wt_at(P.B[0], P.bdt[0], r) : 0.0f, bu = P.B[1] ? wt_at(P.B[1], P.bdt[1], r) : 0.0f;
-        const float gv = mm_val(e[0], P.B[0] != NULL, bg, mode, 1.0f);
-        const float uv = mm_val(e[WG_BN * WG_ES], P.B[1] != NULL, bu, mode, 1.0f);
-        P.Y[0][(size_t)t * rows + r] = glu_val(gv, uv, act, bf);
+        for (int k = threadIdx.x; k < WG_BN * 64; k += 256) {
+            const int32_t t = t0 + (k >> 6);
+            const int64_t r = r0 + (k & 63);
+            if (t < n && r < rows) P.Y[0][(size_t)t * rows + r] = wg_glu_out(P, es, k >> 6, r0, k & 63, mode, act);
+        }
+        return;
+    }
+#pragma unroll 1
+    for (int k = threadIdx.x; k < WG_BN * 8; k += 256) {
+        const int tl = k >> 3, u = k & 7, q = u & 3, k0 = (u >> 2) * 32 + 4 * (q >> 1) + 2 * (q & 1);
+        const int32_t t = t0 + tl;
+        if (t >= n || r0 + k0 >= rows) continue;
+        float *y = P.Y[0] + (size_t)t * rows + r0 + k0;
+        uint32_t w[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float lo = wg_glu_out(P, es, tl, r0, k0 + 8 * c, mode, act);
+            const float hi = wg_glu_out(P, es, tl, r0, k0 + 8 * c + 1, mode, act);
+            *(float2 *)(y + 8 * c) = make_float2(lo, hi);
+            w[c] = pack2(lo, hi);
+        }
+        *(uint4 *)(xo + (size_t)t * rows + r0 + 8 * u) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
@@ -1013,7 +1039,8 @@ __device__ __forceinline__ void wg_store_whole(const mma_parts &P, const float *
 template <int CH, bool GLU, bool TMA, bool FULL>
 __global__ void __launch_bounds__(384, 1)
     wg_gemm_kernel(const __grid_constant__ wg_maps M, mma_parts P, const uint16_t *__restrict__ xb, int64_t rows,
-                   int64_t cols, int32_t n, float *__restrict__ part, int mode, float alpha, int act) {
+                   int64_t cols, int32_t n, float *__restrict__ part, uint16_t *__restrict__ xo, int mode,
+                   float alpha, int act) {
     static_assert(!GLU || CH == CHAINS, "a GLU needs its whole sums");
     constexpr int BN = WG_BN, NF = BN / 2, SQ = WG_SQ; /* accumulators a thread; 16-byte units a stage */
     constexpr bool WHOLE = CH == CHAINS;           /* every chain here: their total (tot), then stored */
@@ -1101,7 +1128,7 @@ __global__ void __launch_bounds__(384, 1)
     while (chain < CH) end_chain(); /* chains with no chunk: zeros (as in decode) */
     if constexpr (WHOLE) {
         const float *es = wg_stage_out(tot, (float *)gsm);
-        if constexpr (GLU) wg_store_glu(P, es, t0, r0, rows, n, mode, act);
+        if constexpr (GLU) wg_store_glu(P, es, t0, r0, rows, n, mode, act, xo);
         else wg_store_whole(P, es, t0, r0, rows, n, mode, alpha);
     }
 }
@@ -1221,12 +1248,12 @@ static bool wg_full_off(void) {
     return off;
 }
 
-/* Bytes of d's scratch for the GEMMs of up to max_tokens tokens and max_cols columns: the bf16 copy of the input,
- * then the chains' sums of a split GEMM (CHAINS floats an output: at most those of a grid under two blocks a
+/* Bytes of d's scratch for the GEMMs of up to max_tokens tokens and max_cols columns: room for two bf16 copies of an
+ * input (a whole GLU's input and the copy of its output it hands over to down), then the chains' sums of a split GEMM (CHAINS floats an output: at most those of a grid under two blocks a
  * multiprocessor, and of 3 max_cols rows, q|k|v's stacked at most; with max_cols alone Qwen3-0.6B's q|k|v, 4096
  * rows of 3072 at most, could not split). */
 extern "C" size_t gp_cu_gemm_scratch_bytes(int64_t max_tokens, int64_t max_cols) {
-    const size_t copy = ((size_t)max_tokens * (size_t)xb_cols(max_cols) * 2 + 255) / 256 * 256;
+    const size_t copy = 2 * (((size_t)max_tokens * (size_t)xb_cols(max_cols) * 2 + 255) / 256 * 256);
     const size_t split = (size_t)CHAINS * 4 * 2 * (size_t)gp_cu_sm_count() * GEMM_BM * 128;
     const size_t need = (size_t)CHAINS * 4 * (size_t)max_tokens * 3 * (size_t)max_cols;
     return copy + (need < split ? need : split);
@@ -1248,13 +1275,35 @@ static void launch_copy(gp_cu *d, uint16_t *xb, const float *x, const gp_cu_norm
     else launch(to_bf16_kernel, grid, dim3(256), 0, d, (uint4 *)xb, (const float4 *)x, units);
 }
 
+/* wg_gemm_kernel over the input's copy xb: whole (groups 1; a GLU's output also copied to xo when given) or in chain
+ * groups, their sums in part, then gemm_fold_kernel. */
+static void launch_wg(gp_cu *d, const mma_parts &p, const uint16_t *xb, float *part, uint16_t *xo, int64_t rows,
+                      int64_t cols, int32_t n, int groups, bool glu, int mode, float alpha, int act) {
+    const int64_t row_tiles = (rows + (glu ? 63 : 127)) / (glu ? 64 : 128);
+    const dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups);
+    wg_maps M = {};
+    const bool tma = wg_tma_maps(&M, p, glu, xb, cols, n);
+    const bool full = cols % (32 * WG_U) == 0 && !wg_full_off();
+    if (groups == 1) {
+        auto k = glu ? wg_kernel<CHAINS, true>(tma, full) : wg_kernel<CHAINS, false>(tma, full);
+        launch(k, grid, dim3(384), WG_SMEM_WHOLE, d, M, p, xb, rows, cols, n, part, xo, mode, alpha, act);
+        return;
+    }
+    auto k = groups == 2 ? wg_kernel<2, false>(tma, full) : wg_kernel<1, false>(tma, full);
+    launch(k, grid, dim3(384), WG_SMEM, d, M, p, xb, rows, cols, n, part, (uint16_t *)NULL, mode, alpha, act);
+    launch(gemm_fold_kernel, dim3((unsigned)((rows / 4 + 255) / 256), (unsigned)n), dim3(256), 0, d, p,
+           (const float *)part, rows, n, mode, alpha);
+}
+
 /* The pipelined GEMM of the parts (bf16 weights of x's column count, rows stacked; with act >= 0 the gate and the up
  * of a GLU, y = act(gate) * up) of x or its RMSNorm by nm, when d's scratch holds the input's bf16 copy and nm fits a
- * block's shared memory (and its weight is dense); else 0 (nothing launched). */
+ * block's shared memory (and its weight is dense); else 0 (nothing launched).  The input's copy is the kernel
+ * before's hand-over where it left one (a whole GLU leaves its output's, which down takes: one pass over it fewer). */
 static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu_norm *nm, int64_t cols, int32_t n,
                        int mode, float alpha, int act = -1) {
-    size_t cap = 0;
+    size_t cap = 0, off = 0;
     uint16_t *xb = (uint16_t *)gp_cu_scratch(d, &cap);
+    const bool handed = !nm && gp_cu_hand_take(d, x, cols, n, &off);
     const bool glu = act >= 0;
     int64_t rows = 0;
     for (int i = 0; i < (glu ? 1 : p.m); i++) rows += p.rows[i];
@@ -1267,26 +1316,18 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu
      * tokens (a GLU, no room, or no split chosen) */
     static const int64_t sms = gp_cu_sm_count();
     const int64_t tiles = (n + GEMM_BM - 1) / GEMM_BM * row_tiles;
-    const bool can = !glu && rows % 4 == 0 && n <= 65535 && copy + (size_t)CHAINS * 4 * n * rows <= cap;
+    const size_t sums = (size_t)CHAINS * 4 * n * rows; /* a split's part */
+    const bool can = !glu && rows % 4 == 0 && n <= 65535 && copy + sums <= cap;
     const bool whole = wg_whole(glu, n, row_tiles, sms);
     const int groups = can && (!whole || gemm_force()) ? chain_groups(tiles, sms) : 1;
     if (groups > 1 || whole) {
-        float *part = (float *)((char *)xb + copy);
-        launch_copy(d, xb, x, nm, cols, n, true);
-        const dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups);
-        wg_maps M = {};
-        const bool tma = wg_tma_maps(&M, p, glu, xb, cols, n);
-        const bool full = cols % (32 * WG_U) == 0 && !wg_full_off();
-        if (groups == 1) {
-            auto k = glu ? wg_kernel<CHAINS, true>(tma, full) : wg_kernel<CHAINS, false>(tma, full);
-            launch(k, grid, dim3(384), WG_SMEM_WHOLE, d, M, p, xb, rows, cols, n, part, mode, alpha, act);
-        } else {
-            auto k = groups == 2 ? wg_kernel<2, false>(tma, full) : wg_kernel<1, false>(tma, full);
-            launch(k, grid, dim3(384), WG_SMEM, d, M, p, xb, rows, cols, n, part, mode, alpha, act);
-        }
-        if (groups > 1)
-            launch(gemm_fold_kernel, dim3((unsigned)((rows / 4 + 255) / 256), (unsigned)n), dim3(256), 0, d, p,
-                   (const float *)part, rows, n, mode, alpha);
+        const bool take = handed && off + copy + (groups > 1 ? sums : 0) <= cap;
+        uint16_t *xin = take ? (uint16_t *)((char *)xb + off) : xb;
+        if (!take) launch_copy(d, xb, x, nm, cols, n, true);
+        const size_t at = (size_t)((char *)xin - (char *)xb) + copy, out = ((size_t)n * rows * 2 + 255) / 256 * 256;
+        uint16_t *xo = glu && rows % 32 == 0 && at + out <= cap ? (uint16_t *)((char *)xb + at) : NULL;
+        launch_wg(d, p, xin, (float *)((char *)xb + at), xo, rows, cols, n, groups, glu, mode, alpha, act);
+        if (xo) gp_cu_hand_set(d, p.Y[0], rows, n, at);
         return 1;
     }
     launch_copy(d, xb, x, nm, cols, n, false);

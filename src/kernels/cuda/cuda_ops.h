@@ -84,6 +84,12 @@ int gp_cu_bf16(gp_cu *d);
  * that does not fit takes the kernel without it).  gp_cu_scratch returns it (NULL, *cap = 0: none). */
 int gp_cu_reserve(gp_cu *d, size_t bytes);
 void *gp_cu_scratch(gp_cu *d, size_t *cap);
+/* A hand-over in the scratch: the kernel just enqueued also wrote the next GEMM's input copy of x [n, cols] (the
+ * wgmma layout, to_bf16_wg_kernel's bits) at byte off of the scratch.  gp_cu_hand_take returns 1 and that offset
+ * when x, cols and n match and nothing else was enqueued or recorded since (the copy is still x's); either way the
+ * hand-over is then spent. */
+void gp_cu_hand_set(gp_cu *d, const float *x, int64_t cols, int32_t n, size_t off);
+int gp_cu_hand_take(gp_cu *d, const float *x, int64_t cols, int32_t n, size_t *off);
 /* The scratch bytes the GEMMs of up to max_tokens tokens and max_cols columns use. */
 size_t gp_cu_gemm_scratch_bytes(int64_t max_tokens, int64_t max_cols);
 /* The scratch bytes of a chunk attention's bf16 copy of `positions` positions of n_kv heads of head_dim. */

@@ -53,6 +53,8 @@ struct gp_cu {
     uint32_t var_off[VAR_SLOTS], var_len[VAR_SLOTS]; /* this step's distinct values (gp_cu_var returns a repeat's) */
     int n_var;
     uint64_t stats[3];     /* steps replayed, graphs built, steps launched one by one */
+    uint64_t work;         /* kernels and copies enqueued or recorded so far */
+    struct { const float *x; int64_t cols; int32_t n; size_t off; uint64_t at; } hand; /* gp_cu_hand_set */
 };
 
 /* ---- decode steps as CUDA graphs ----
@@ -202,6 +204,7 @@ static void trace_range(const cu_recording *c, int i0, int i1) {
 #endif
 
 cudaError_t gp_cu_launch(gp_cu *d, const void *func, dim3 grid, dim3 block, size_t shmem, void **args) {
+    d->work++;
 #ifdef GP_CU_TRACE
     if (!trace_mute) trace_launch(func, grid);
 #endif
@@ -409,6 +412,7 @@ static void rec_abort(gp_cu *d) {
 extern "C" int gp_cu_rec_begin(gp_cu *d, const void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                unsigned by, unsigned bz, size_t shmem, size_t arg_bytes, unsigned nparams) {
     cu_recording *c = &d->cur;
+    d->work++;
     rec_head(d);
     if (nparams > REC_MAX_PARAMS || rec_room(c, arg_bytes)) {
         rec_abort(d); /* the caller launches this one directly, after the recorded ones */
@@ -456,6 +460,17 @@ extern "C" int gp_cu_reserve(gp_cu *d, size_t bytes) {
 extern "C" void *gp_cu_scratch(gp_cu *d, size_t *cap) {
     *cap = d->scratch_cap;
     return d->scratch;
+}
+
+extern "C" void gp_cu_hand_set(gp_cu *d, const float *x, int64_t cols, int32_t n, size_t off) {
+    d->hand.x = x, d->hand.cols = cols, d->hand.n = n, d->hand.off = off, d->hand.at = d->work;
+}
+
+extern "C" int gp_cu_hand_take(gp_cu *d, const float *x, int64_t cols, int32_t n, size_t *off) {
+    const int ok = d->hand.x && d->hand.x == x && d->hand.cols == cols && d->hand.n == n && d->hand.at == d->work;
+    d->hand.x = NULL;
+    *off = ok ? d->hand.off : 0;
+    return ok;
 }
 
 extern "C" const char *gp_cu_errstr(int e) { return cudaGetErrorString((cudaError_t)e); }
@@ -532,6 +547,7 @@ extern "C" void gp_cu_release(gp_cu *d, void *p) {
 
 extern "C" int gp_cu_h2d(gp_cu *d, void *dst, const void *src, size_t bytes) {
     rec_abort(d);
+    d->work++;
     if (!bytes) return 0;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(d->s);
@@ -540,6 +556,7 @@ extern "C" int gp_cu_h2d(gp_cu *d, void *dst, const void *src, size_t bytes) {
 
 extern "C" int gp_cu_d2d(gp_cu *d, void *dst, const void *src, size_t bytes) {
     rec_abort(d);
+    d->work++;
     if (!bytes) return 0;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(d->s);
@@ -548,6 +565,7 @@ extern "C" int gp_cu_d2d(gp_cu *d, void *dst, const void *src, size_t bytes) {
 
 extern "C" int gp_cu_h2d_async(gp_cu *d, void *dst, const void *src, size_t bytes) {
     rec_abort(d);
+    d->work++;
     if (!bytes) return 0;
     return (int)cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->s);
 }
