@@ -248,8 +248,10 @@ typedef struct gp_backend_ops {
     void (*linear_glu)(gp_ws *ws, float *y, float *tmp, const float *x, const gp_prenorm *pn, const gp_linear *gate,
                        const gp_linear *up, int32_t n, gp_act act);
     /* y [n, L->w.rows] += linear(x, L): linear then add, with their bits (the residual add); tmp [n, L->w.rows] is
-     * scratch the op may use */
-    void (*linear_add)(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L, int32_t n);
+     * scratch the op may use; next (or NULL): the norm of the projection that follows (the next linears' or
+     * linear_glu's pn), whose normalized input of y a device may prepare here (outputs unchanged) */
+    void (*linear_add)(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L, const gp_prenorm *next,
+                       int32_t n);
     /* y [n, d] = x [n, d] * rsqrt(mean(x^2) + eps) * (w or 1 + w), w [d] dense; y may alias x */
     void (*rmsnorm)(gp_ws *ws, float *y, const float *x, const gp_wt *w, int32_t n, int32_t d, float eps,
                     int plus_one);

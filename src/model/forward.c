@@ -27,13 +27,14 @@ static void capture(gp_ctx *c, const gp_eval_opts *o, int32_t idx, const float *
 }
 
 /* x += [post_norm](linear(in, L)): the residual add of a block's output projection (one fused op without the
- * sandwich norm). */
-static void residual(gp_ctx *c, const gp_linear *L, const float *in, const gp_wt *post_norm, int32_t n) {
+ * sandwich norm, told the norm of the projection that follows: next). */
+static void residual(gp_ctx *c, const gp_linear *L, const float *in, const gp_wt *post_norm, const gp_prenorm *next,
+                     int32_t n) {
     const gp_config *cfg = &c->m->cfg;
     const gp_backend_ops *B = c->be->ops;
     const int32_t E = cfg->n_embd;
     if (!post_norm) {
-        B->linear_add(c->ws, c->x, c->h, in, L, n);
+        B->linear_add(c->ws, c->x, c->h, in, L, next, n);
         return;
     }
     B->linear(c->ws, c->h, in, L, n);
@@ -56,7 +57,7 @@ static void attention_block(gp_ctx *const *cs, int32_t n_seq, int32_t l, int32_t
     const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
     const int po = a->norm_plus_one;
 
-    const gp_prenorm norm = {&L->attn_norm, c->h, cfg->norm_eps, po};
+    const gp_prenorm norm = {&L->attn_norm, c->h, cfg->norm_eps, po}, next = {&L->ffn_norm, c->h, cfg->norm_eps, po};
     float *const qkv[3] = {c->q, c->k, c->v};
     const gp_linear *const proj[3] = {&L->q, &L->k, &L->v};
     B->linears(ws, 3, qkv, c->x, &norm, proj, n);
@@ -82,7 +83,7 @@ static void attention_block(gp_ctx *const *cs, int32_t n_seq, int32_t l, int32_t
         B->attention(ws, &args);
         gp_cache_commit(kc, ws, l, r, early);
     }
-    residual(c, &L->o, c->att, a->sandwich_norms ? &L->attn_post_norm : NULL, n);
+    residual(c, &L->o, c->att, a->sandwich_norms ? &L->attn_post_norm : NULL, &next, n);
 }
 
 /* The feed-forward block of layer l: x += down(act(gate(h)) * up(h)) [post-norm], h = norm(x). */
@@ -93,7 +94,11 @@ static void ffn_block(gp_ctx *c, int32_t l, int32_t n) {
 
     const gp_prenorm norm = {&L->ffn_norm, c->h, cfg->norm_eps, a->norm_plus_one};
     c->be->ops->linear_glu(c->ws, c->gate, c->up, c->x, &norm, &L->gate, &L->up, n, a->act);
-    residual(c, &L->down, c->gate, a->sandwich_norms ? &L->ffn_post_norm : NULL, n);
+    /* the next layer's attention norm follows (steering or a capture between is another op: a device's hand-over is
+     * then dropped) */
+    const gp_prenorm next = {l + 1 < cfg->n_layers ? &c->layers[l + 1].attn_norm : NULL, c->h, cfg->norm_eps,
+                             a->norm_plus_one};
+    residual(c, &L->down, c->gate, a->sandwich_norms ? &L->ffn_post_norm : NULL, next.w ? &next : NULL, n);
 }
 
 /* Reads rows [rows, V] of device logits back into dst: one row through the context's pinned buffer unless dst is

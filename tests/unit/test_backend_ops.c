@@ -611,7 +611,7 @@ static int composite_case(gp_backend *be, int32_t compute, int32_t n, int32_t E)
     float *r = rand_vec((size_t)n * Q, 8, 3);
     be->ops->upload(be, a[0], r, sizeof(float) * n * Q);
     be->ops->upload(be, b[0], r, sizeof(float) * n * Q);
-    be->ops->linear_add(ws, a[0], a[1], dx, &L[0], n);
+    be->ops->linear_add(ws, a[0], a[1], dx, &L[0], NULL, n);
     be->ops->linear(ws, b[1], dx, &L[0], n);
     be->ops->add(ws, b[0], b[1], (int64_t)n * Q);
     bad += !same_bits(be, ws, a[0], b[0], (size_t)(n * Q));
@@ -643,59 +643,73 @@ static int composite_case(gp_backend *be, int32_t compute, int32_t n, int32_t E)
     return bad;
 }
 
-/* A GLU's output straight into a linear and a residual linear (down), against the same linears of a copy of it
- * (another pointer), and after an op that changed it: the same bits (a device may hand the copy of the GLU's output
- * it made for the next GEMM over; F = 3072 rows, a GLU grid that fills an H100).  Returns the outputs that differ. */
+/* Case k of handover_case on y [N, E] from the GLU's output in [N, F] (L[2]: down; L[0], L[1]: gate, up): down;
+ * the residual add; (k 3, 4) the residual add told the next norm pn (next: pn or NULL), then (k 4: after an add to y)
+ * the GLU of y's norm into out. */
+static void glu_down_step(gp_backend *be, gp_ws *ws, int k, float *y, const float *in, float *out, float *tmp,
+                          const float *dd, const gp_linear *L, const gp_prenorm *pn, const gp_prenorm *next) {
+    enum { N = 300, E = 64 };
+    if (k == 0 || k == 2) be->ops->linear(ws, y, in, &L[2], N);
+    else be->ops->linear_add(ws, y, tmp, in, &L[2], k >= 3 ? next : NULL, N);
+    if (k == 4) be->ops->add(ws, y, dd, (int64_t)N * E);
+    if (k >= 3) be->ops->linear_glu(ws, out, tmp, y, pn, &L[0], &L[1], N, GP_ACT_SILU);
+}
+
+/* A GLU's output straight into a linear and a residual linear (down), and the residual linear told the next norm
+ * followed by the GLU of that norm, against the same ops on copies (other pointers) without the next norm, and after
+ * an op that changed the input: the same bits (a device may hand over the copy of the GLU's output it made for the
+ * next GEMM, or of the residual's norm made in its fold; F = 3072 rows, a GLU grid that fills an H100).  Returns
+ * the outputs that differ. */
 static int handover_case(gp_backend *be, int32_t compute) {
-    enum { N = 300, E = 64, F = 3072 };
+    enum { N = 300, E = 64, F = 3072, B = 9 };
     gp_ws_params p = {.n_threads = 2, .max_tokens = N, .max_keys = 1, .head_dim = 8, .compute = compute,
                       .max_cols = F};
     gp_ws *ws = NULL;
     if (be->ops->ws_init(be, &p, &ws) != GP_OK) return 1;
-    const int64_t rows[3] = {F, F, E}, cols[3] = {E, E, F};
-    gp_linear L[3];
-    void *hw[3];
-    for (int i = 0; i < 3; i++) {
+    const int64_t rows[4] = {F, F, E, 1}, cols[4] = {E, E, F, E};
+    gp_linear L[4]; /* gate, up, down; the norm's weight */
+    void *hw[4];
+    for (int i = 0; i < 4; i++) {
         float *v = rand_vec((size_t)(rows[i] * cols[i]), 70 + (uint32_t)i, 1);
         float *e = malloc(sizeof(float) * (size_t)(rows[i] * cols[i]));
         L[i] = (gp_linear){make_weight(be, GP_WFMT_BF16, v, rows[i], cols[i], e, &hw[i]), {0}, NULL, 0};
         free(v), free(e);
     }
     float *x = rand_vec((size_t)N * E, 73, 2), *dx = bu_dev_from(be, x, (size_t)N * E);
-    float *ones = rand_vec((size_t)N * F, 74, 1), *dd = bu_dev_from(be, ones, (size_t)N * F), *d[6];
-    for (int i = 0; i < 6; i++) d[i] = be->ops->alloc(be, sizeof(float) * N * F);
+    float *ones = rand_vec((size_t)N * F, 74, 1), *dd = bu_dev_from(be, ones, (size_t)N * F), *d[B];
+    for (int i = 0; i < B; i++) d[i] = be->ops->alloc(be, sizeof(float) * N * F);
+    const gp_prenorm pn = {&L[3].w, d[8], 1e-5f, 0};
     int bad = 0;
-    for (int k = 0; k < 3; k++) { /* down; the residual add; down after an add to the GLU's output */
+    for (int k = 0; k < 5; k++) {
         be->ops->linear_glu(ws, d[0], d[1], dx, NULL, &L[0], &L[1], N, GP_ACT_SILU);
         if (k == 2) be->ops->add(ws, d[0], dd, (int64_t)N * F);
         float *h = bu_host_of(be, ws, d[0], (size_t)N * F);
         be->ops->upload(be, d[2], h, sizeof(float) * N * F);
         free(h);
         be->ops->upload(be, d[3], x, sizeof(float) * N * E), be->ops->upload(be, d[4], x, sizeof(float) * N * E);
-        /* again, so that the linear follows the GLU (or the add) directly */
+        glu_down_step(be, ws, k, d[4], d[2], d[7], d[5], dd, L, &pn, NULL);
+        /* again, so that each op follows the one before directly */
         be->ops->linear_glu(ws, d[0], d[1], dx, NULL, &L[0], &L[1], N, GP_ACT_SILU);
         if (k == 2) be->ops->add(ws, d[0], dd, (int64_t)N * F);
-        if (k == 1) be->ops->linear_add(ws, d[3], d[5], d[0], &L[2], N);
-        else be->ops->linear(ws, d[3], d[0], &L[2], N);
-        if (k == 1) be->ops->linear_add(ws, d[4], d[5], d[2], &L[2], N);
-        else be->ops->linear(ws, d[4], d[2], &L[2], N);
-        bad += !same_bits(be, ws, d[3], d[4], (size_t)N * E);
+        glu_down_step(be, ws, k, d[3], d[0], d[6], d[5], dd, L, &pn, &pn);
+        bad += !same_bits(be, ws, d[3], d[4], (size_t)N * E) + (k >= 3 && !same_bits(be, ws, d[6], d[7], N * F));
     }
-    for (int i = 0; i < 3; i++) be->ops->unbind_weight(be, &L[i].w), free(hw[i]);
-    for (int i = 0; i < 6; i++) be->ops->dealloc(be, d[i]);
+    for (int i = 0; i < 4; i++) be->ops->unbind_weight(be, &L[i].w), free(hw[i]);
+    for (int i = 0; i < B; i++) be->ops->dealloc(be, d[i]);
     be->ops->dealloc(be, dx), be->ops->dealloc(be, dd);
     be->ops->ws_free(ws);
     free(x), free(ones);
     return bad;
 }
 
-TEST(backend_ops_linear_after_a_glu_gives_the_bits_of_a_copy_of_its_input) {
+TEST(backend_ops_projections_after_a_glu_or_a_residual_give_the_bits_of_copies) {
     for (size_t b = 0; b < N_BACKENDS; b++) {
         gp_backend *be = open_backend(b);
         if (!be) continue;
         const int bad = handover_case(be, GP_COMPUTE_F32) + handover_case(be, GP_COMPUTE_BF16);
-        NOTE("%s: down after linear_glu vs down of a copy of its output (f32 and bf16 modes, 300 tokens, 3072 rows; "
-             "direct, residual, after an add): %d outputs differ (want 0)", BACKENDS[b].name, bad);
+        NOTE("%s: down after linear_glu, and the GLU after a residual add told its norm, vs the same on copies (f32 "
+             "and bf16 modes, 300 tokens, 3072 rows; after an add too): %d outputs differ (want 0)", BACKENDS[b].name,
+             bad);
         CHECK_EQ_INT(bad, 0);
         gp_backend_free(be);
     }

@@ -529,7 +529,8 @@ static void cpu_linear_glu(gp_ws *ws, float *y, float *tmp, const float *x, cons
     cpu_glu(ws, y, tmp, (int64_t)n * gate->w.rows, act);
 }
 
-static void cpu_linear_add(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L, int32_t n) {
+static void cpu_linear_add(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L,
+                           const gp_prenorm *next, int32_t n) {
     cpu_linear(ws, tmp, x, L, n);
     cpu_add(ws, y, tmp, (int64_t)n * L->w.rows);
 }

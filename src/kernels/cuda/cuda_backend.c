@@ -339,12 +339,18 @@ static void cu_add(gp_ws *ws, float *y, const float *x, int64_t n) {
     check(ws, gp_cu_add(ws_of(ws)->d, y, x, n), "add");
 }
 
-static void cu_linear_add(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L, int32_t n) {
+static void cu_linear_add(gp_ws *ws, float *y, float *tmp, const float *x, const gp_linear *L, const gp_prenorm *next,
+                          int32_t n) {
     if (!L->n_lora) { /* the product added in the kernel: linear then add, the same two roundings */
         const gp_cu_wt W = cw(&L->w), B = cw(&L->bias);
         /* EARLY: a residual add is followed by a norm, a projection or an element-wise op (never attention, whose
          * early staging needs its predecessor to trigger late: pdl_enter) */
         const int mode = GP_CU_ACC | linear_mode(ws, L) | (n == 1 ? GP_CU_EARLY : 0);
+        gp_cu_norm nb;
+        /* a chunk's GEMM may make the next projection's normalized input copy in its fold (one pass fewer) */
+        if (next && n > 16 && (mode & GP_CU_MMA) &&
+            !gp_cu_matmul_mma_add_chunk(ws_of(ws)->d, y, x, &W, &B, n, mode, cnorm(next, &nb)))
+            return;
         check(ws, gp_cu_matmul(ws_of(ws)->d, y, x, &W, &B, n, mode, 1.0f), "linear_add");
         return;
     }

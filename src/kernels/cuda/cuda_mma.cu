@@ -658,15 +658,21 @@ __global__ void to_bf16_wg_kernel(uint4 *__restrict__ xb, const float *__restric
 /* A chunk's RMSNorm straight into the GEMM's operand copy (the bits of gp_cu_rmsnorm, then to_bf16_kernel's or, WG,
  * to_bf16_wg_kernel's copy): a block of rms_threads(cols) threads a token, normalized into shared memory [cols]. */
 template <bool WG>
-__global__ void rmsnorm_xb_kernel(uint4 *__restrict__ xb, const float *__restrict__ x, norm_args nm, int32_t cols) {
-    pdl_enter();
-    extern __shared__ float xs[];
-    input_of<true>(x + (size_t)blockIdx.x * cols, xs, cols, nm); /* the token normalized into xs */
+__device__ __forceinline__ void rmsnorm_row_xb(uint4 *xb, const float *x, float *xs, int32_t cols,
+                                               const norm_args &nm) {
+    input_of<true>(x, xs, cols, nm); /* the token normalized into xs */
     const int64_t rq = WG ? xb_cols(cols) / 8 : cols / 8;
     for (int64_t u = threadIdx.x; u < rq; u += blockDim.x) {
         const float4 *v = (const float4 *)(xs + 8 * u);
-        xb[blockIdx.x * rq + u] = WG ? xb_unit(xs, cols, u) : pack8(v[0], v[1]);
+        xb[u] = WG ? xb_unit(xs, cols, u) : pack8(v[0], v[1]);
     }
+}
+template <bool WG>
+__global__ void rmsnorm_xb_kernel(uint4 *__restrict__ xb, const float *__restrict__ x, norm_args nm, int32_t cols) {
+    pdl_enter();
+    extern __shared__ float xs[];
+    const int64_t rq = WG ? xb_cols(cols) / 8 : cols / 8;
+    rmsnorm_row_xb<WG>(xb + blockIdx.x * rq, x + (size_t)blockIdx.x * cols, xs, cols, nm);
 }
 
 /* d (64 weight rows x 128 tokens: this thread's fragments, wg_frag's order) += A (16 columns of the warpgroup's 64
@@ -1134,14 +1140,10 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 /* The chains' sums of a split GEMM (part [CHAINS][n][rows], rows % 4 == 0) added in chain order, ((c0 + c1) + c2) +
- * c3 as fold_chain adds them, and stored as mma_gemm_kernel stores its totals: the same bits.  Grid (rows / 4 / 256
- * blocks, n tokens); a thread folds 4 adjacent outputs (one vector access where they share a part and no bias). */
-__global__ void gemm_fold_kernel(mma_parts P, const float *__restrict__ part, int64_t rows, int32_t n, int mode,
-                                 float alpha) {
-    pdl_enter();
-    const int32_t t = blockIdx.y;
-    const int64_t r = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
-    if (r >= rows) return;
+ * c3 as fold_chain adds them, and stored as mma_gemm_kernel stores its totals: the same bits.  Outputs r .. r + 3 of
+ * token t (one vector access where they share a part and no bias). */
+__device__ __forceinline__ void fold4(const mma_parts &P, const float *__restrict__ part, int64_t rows, int32_t n,
+                                      int32_t t, int64_t r, int mode, float alpha) {
     const size_t total = (size_t)n * (size_t)rows, i = (size_t)t * rows + r;
     float4 v = __ldcg((const float4 *)(part + i));
 #pragma unroll
@@ -1164,6 +1166,28 @@ __global__ void gemm_fold_kernel(mma_parts P, const float *__restrict__ part, in
     }
     store_out(P, v.x, t, r, mode, alpha), store_out(P, v.y, t, r + 1, mode, alpha);
     store_out(P, v.z, t, r + 2, mode, alpha), store_out(P, v.w, t, r + 3, mode, alpha);
+}
+
+/* fold4 over grid (rows / 4 / 256 blocks, n tokens), a thread 4 adjacent outputs. */
+__global__ void gemm_fold_kernel(mma_parts P, const float *__restrict__ part, int64_t rows, int32_t n, int mode,
+                                 float alpha) {
+    pdl_enter();
+    const int64_t r = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (r < rows) fold4(P, part, rows, n, blockIdx.y, r, mode, alpha);
+}
+
+/* gemm_fold_kernel's outputs of token blockIdx.x (one part, y [n, rows]), then the next GEMM's input copy xb of their
+ * RMSNorm by nm (rmsnorm_xb_kernel<true>'s bits): a block of rms_threads(rows) threads a token, the row read back
+ * after the barrier. */
+__global__ void gemm_fold_norm_kernel(mma_parts P, const float *__restrict__ part, int64_t rows, int32_t n, int mode,
+                                      float alpha, uint4 *__restrict__ xb, norm_args nm) {
+    pdl_enter();
+    extern __shared__ float xs[];
+    for (int64_t r = 4 * (int64_t)threadIdx.x; r < rows; r += 4 * (int64_t)blockDim.x)
+        fold4(P, part, rows, n, blockIdx.x, r, mode, alpha);
+    __syncthreads(); /* the token's outputs are written and visible to the block */
+    rmsnorm_row_xb<true>(xb + blockIdx.x * (xb_cols(rows) / 8), P.Y[0] + (size_t)blockIdx.x * rows, xs,
+                         (int32_t)rows, nm);
 }
 
 /* GP_CU_GEMM_SPLIT=1, 2 or 4 in the environment: the chain groups of every GEMM that may split (1: none, and
@@ -1276,9 +1300,11 @@ static void launch_copy(gp_cu *d, uint16_t *xb, const float *x, const gp_cu_norm
 }
 
 /* wg_gemm_kernel over the input's copy xb: whole (groups 1; a GLU's output also copied to xo when given) or in chain
- * groups, their sums in part, then gemm_fold_kernel. */
-static void launch_wg(gp_cu *d, const mma_parts &p, const uint16_t *xb, float *part, uint16_t *xo, int64_t rows,
-                      int64_t cols, int32_t n, int groups, bool glu, int mode, float alpha, int act) {
+ * groups, their sums in part, then gemm_fold_kernel (with xo, gemm_fold_norm_kernel: the copy of the outputs'
+ * RMSNorm by next to xo). */
+static void launch_wg(gp_cu *d, const mma_parts &p, const uint16_t *xb, float *part, uint16_t *xo,
+                      const gp_cu_norm *next, int64_t rows, int64_t cols, int32_t n, int groups, bool glu, int mode,
+                      float alpha, int act) {
     const int64_t row_tiles = (rows + (glu ? 63 : 127)) / (glu ? 64 : 128);
     const dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)row_tiles, (unsigned)groups);
     wg_maps M = {};
@@ -1291,19 +1317,35 @@ static void launch_wg(gp_cu *d, const mma_parts &p, const uint16_t *xb, float *p
     }
     auto k = groups == 2 ? wg_kernel<2, false>(tma, full) : wg_kernel<1, false>(tma, full);
     launch(k, grid, dim3(384), WG_SMEM, d, M, p, xb, rows, cols, n, part, (uint16_t *)NULL, mode, alpha, act);
-    launch(gemm_fold_kernel, dim3((unsigned)((rows / 4 + 255) / 256), (unsigned)n), dim3(256), 0, d, p,
-           (const float *)part, rows, n, mode, alpha);
+    if (xo)
+        launch(gemm_fold_norm_kernel, dim3((unsigned)n), dim3(rms_threads((int32_t)rows)), (size_t)rows * 4, d, p,
+               (const float *)part, rows, n, mode, alpha, (uint4 *)xo, norm_args_of(next, gp_cu_bf16(d)));
+    else
+        launch(gemm_fold_kernel, dim3((unsigned)((rows / 4 + 255) / 256), (unsigned)n), dim3(256), 0, d, p,
+               (const float *)part, rows, n, mode, alpha);
+}
+
+/* Where in the scratch a GEMM's hand-over goes (its input's copy at [in, at), a split's sums at [at, end)), or
+ * SIZE_MAX for none: a whole GLU's output's copy after the input's; a split GEMM of one part with a next norm, the
+ * copy of its outputs' RMSNorm where the input's was (used by then) or after the sums. */
+static size_t hand_at(const mma_parts &p, const gp_cu_norm *next, bool glu, int groups, int64_t rows, int32_t n,
+                      size_t at, size_t end, size_t cap) {
+    const size_t out = ((size_t)n * (size_t)xb_cols(rows) * 2 + 255) / 256 * 256;
+    if (glu) return rows % 32 == 0 && at + out <= cap ? at : SIZE_MAX;
+    if (!next || groups == 1 || p.m != 1 || !gp_cu_norm_fits(next, rows, rms_threads((int32_t)rows))) return SIZE_MAX;
+    return out <= at ? 0 : end + out <= cap ? end : SIZE_MAX;
 }
 
 /* The pipelined GEMM of the parts (bf16 weights of x's column count, rows stacked; with act >= 0 the gate and the up
  * of a GLU, y = act(gate) * up) of x or its RMSNorm by nm, when d's scratch holds the input's bf16 copy and nm fits a
  * block's shared memory (and its weight is dense); else 0 (nothing launched).  The input's copy is the kernel
- * before's hand-over where it left one (a whole GLU leaves its output's, which down takes: one pass over it fewer). */
+ * before's hand-over where it left one (gp_cu_hand_set: a whole GLU leaves its output's, which down takes; a split
+ * GEMM given the next projection's norm (next) leaves the copy of its outputs' RMSNorm, made in its fold). */
 static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu_norm *nm, int64_t cols, int32_t n,
-                       int mode, float alpha, int act = -1) {
+                       int mode, float alpha, int act = -1, const gp_cu_norm *next = NULL) {
     size_t cap = 0, off = 0;
     uint16_t *xb = (uint16_t *)gp_cu_scratch(d, &cap);
-    const bool handed = !nm && gp_cu_hand_take(d, x, cols, n, &off);
+    const bool handed = gp_cu_hand_take(d, x, cols, n, nm, &off);
     const bool glu = act >= 0;
     int64_t rows = 0;
     for (int i = 0; i < (glu ? 1 : p.m); i++) rows += p.rows[i];
@@ -1322,12 +1364,12 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu
     const int groups = can && (!whole || gemm_force()) ? chain_groups(tiles, sms) : 1;
     if (groups > 1 || whole) {
         const bool take = handed && off + copy + (groups > 1 ? sums : 0) <= cap;
-        uint16_t *xin = take ? (uint16_t *)((char *)xb + off) : xb;
-        if (!take) launch_copy(d, xb, x, nm, cols, n, true);
-        const size_t at = (size_t)((char *)xin - (char *)xb) + copy, out = ((size_t)n * rows * 2 + 255) / 256 * 256;
-        uint16_t *xo = glu && rows % 32 == 0 && at + out <= cap ? (uint16_t *)((char *)xb + at) : NULL;
-        launch_wg(d, p, xin, (float *)((char *)xb + at), xo, rows, cols, n, groups, glu, mode, alpha, act);
-        if (xo) gp_cu_hand_set(d, p.Y[0], rows, n, at);
+        if (!take) launch_copy(d, xb, x, nm, cols, n, true), off = 0;
+        const size_t at = off + copy, ho = hand_at(p, next, glu, groups, rows, n, at, at + sums, cap);
+        uint16_t *xo = ho == SIZE_MAX ? NULL : (uint16_t *)((char *)xb + ho);
+        launch_wg(d, p, (uint16_t *)((char *)xb + off), (float *)((char *)xb + at), xo, next, rows, cols, n, groups,
+                  glu, mode, alpha, act);
+        if (xo) gp_cu_hand_set(d, p.Y[0], rows, n, glu ? NULL : next, ho);
         return 1;
     }
     launch_copy(d, xb, x, nm, cols, n, false);
@@ -1514,6 +1556,18 @@ extern "C" int gp_cu_matmul_mma_glu_chunk(gp_cu *d, float *y, const float *x, co
     p.W[0] = g->data, p.W[1] = u->data, p.B[0] = bg->data, p.B[1] = bu->data, p.Y[0] = y;
     p.rows[0] = p.rows[1] = g->rows, p.bdt[0] = p.bdt[1] = biased ? bg->dtype : 0, p.m = 2;
     if (!launch_gemm(d, p, x, nm, g->cols, n, mode, 1.0f, act)) return (int)cudaErrorNotSupported;
+    return (int)cudaGetLastError();
+}
+
+/* A chunk (n > 16 tokens, a bf16 weight): y [n, w.rows] += x W^T (+ b) under mode (GP_CU_ACC: gp_cu_matmul_mma's
+ * bits), leaving the next GEMM the copy of next's RMSNorm of y where its fold can make it (gp_cu_hand_set);
+ * cudaErrorNotSupported (nothing enqueued) when it does not qualify. */
+extern "C" int gp_cu_matmul_mma_add_chunk(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *b,
+                                          int32_t n, int mode, const gp_cu_norm *next) {
+    if (n <= 16 || w->dtype != GP_CU_BF16 || !gp_cu_mma_ok(w, x) || !(mode & GP_CU_ACC))
+        return (int)cudaErrorNotSupported;
+    const mma_parts p = one_part(y, w, b->data, b->data ? b->dtype : 0);
+    if (!launch_gemm(d, p, x, NULL, w->cols, n, mode, 1.0f, -1, next)) return (int)cudaErrorNotSupported;
     return (int)cudaGetLastError();
 }
 

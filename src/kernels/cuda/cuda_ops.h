@@ -84,12 +84,6 @@ int gp_cu_bf16(gp_cu *d);
  * that does not fit takes the kernel without it).  gp_cu_scratch returns it (NULL, *cap = 0: none). */
 int gp_cu_reserve(gp_cu *d, size_t bytes);
 void *gp_cu_scratch(gp_cu *d, size_t *cap);
-/* A hand-over in the scratch: the kernel just enqueued also wrote the next GEMM's input copy of x [n, cols] (the
- * wgmma layout, to_bf16_wg_kernel's bits) at byte off of the scratch.  gp_cu_hand_take returns 1 and that offset
- * when x, cols and n match and nothing else was enqueued or recorded since (the copy is still x's); either way the
- * hand-over is then spent. */
-void gp_cu_hand_set(gp_cu *d, const float *x, int64_t cols, int32_t n, size_t off);
-int gp_cu_hand_take(gp_cu *d, const float *x, int64_t cols, int32_t n, size_t *off);
 /* The scratch bytes the GEMMs of up to max_tokens tokens and max_cols columns use. */
 size_t gp_cu_gemm_scratch_bytes(int64_t max_tokens, int64_t max_cols);
 /* The scratch bytes of a chunk attention's bf16 copy of `positions` positions of n_kv heads of head_dim. */
@@ -144,6 +138,12 @@ typedef struct gp_cu_norm {
 /* 1 when a block of `threads` threads can apply nm to a token of cols columns (rms_threads(cols) = threads, at most
  * 8192 columns, a dense weight). */
 int gp_cu_norm_fits(const gp_cu_norm *nm, int64_t cols, int threads);
+/* A hand-over in the scratch: the kernel just enqueued also wrote the next GEMM's input copy of x [n, cols], or of
+ * its RMSNorm by nm (the wgmma layout: to_bf16_wg_kernel's, rmsnorm_xb_kernel's bits), at byte off of the scratch.
+ * gp_cu_hand_take returns 1 and that offset when x, cols, n and the norm match and nothing else was enqueued or
+ * recorded since (the copy is still x's); either way the hand-over is then spent. */
+void gp_cu_hand_set(gp_cu *d, const float *x, int64_t cols, int32_t n, const gp_cu_norm *nm, size_t off);
+int gp_cu_hand_take(gp_cu *d, const float *x, int64_t cols, int32_t n, const gp_cu_norm *nm, size_t *off);
 /* One token on tensor cores: m <= 3 weights of one dtype and column count in one launch (each part's bits those of
  * gp_cu_matmul_mma), and gate|up with the GLU (gp_cu_matmul_mma twice then gp_cu_glu's bits); gate|up of the
  * input's RMSNorm by nm when given (q|k|v's blocks of 4 warps cannot apply one: nm must be NULL there).  Both
@@ -163,6 +163,11 @@ int gp_cu_matmul_mma_parts(gp_cu *d, int32_t m, float *const *ys, const float *x
 int gp_cu_matmul_mma_glu_chunk(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const gp_cu_wt *g,
                                const gp_cu_wt *bg, const gp_cu_wt *u, const gp_cu_wt *bu, int32_t n, int32_t act,
                                int mode);
+/* A chunk (n > 16 tokens) through a bf16 weight added to y (GP_CU_ACC in mode): y [n, w.rows] += x W^T (+ b), the
+ * bits of gp_cu_matmul_mma; next (or NULL): the RMSNorm of the projection that follows, whose input copy of y the
+ * GEMM may leave it (gp_cu_hand_set).  cudaErrorNotSupported (nothing enqueued) when they do not qualify. */
+int gp_cu_matmul_mma_add_chunk(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, const gp_cu_wt *b, int32_t n,
+                               int mode, const gp_cu_norm *next);
 /* One token (decode) through m <= 4 dense weights of one dtype in one launch: ys[i] [w[i].rows] = h @ W_i^T (+ b_i),
  * h = x or its RMSNorm by nm; each [gp_cu_rmsnorm then] gp_cu_matmul's bits.  Returns cudaErrorNotSupported
  * (nothing enqueued) when the weights or the norm do not qualify (other dtypes, unaligned, GP_CU_MMA; a norm of

@@ -54,7 +54,7 @@ struct gp_cu {
     int n_var;
     uint64_t stats[3];     /* steps replayed, graphs built, steps launched one by one */
     uint64_t work;         /* kernels and copies enqueued or recorded so far */
-    struct { const float *x; int64_t cols; int32_t n; size_t off; uint64_t at; } hand; /* gp_cu_hand_set */
+    struct { const float *x; int64_t cols; int32_t n; size_t off; uint64_t at; gp_cu_norm nm; int has_nm; } hand;
 };
 
 /* ---- decode steps as CUDA graphs ----
@@ -462,12 +462,23 @@ extern "C" void *gp_cu_scratch(gp_cu *d, size_t *cap) {
     return d->scratch;
 }
 
-extern "C" void gp_cu_hand_set(gp_cu *d, const float *x, int64_t cols, int32_t n, size_t off) {
+extern "C" void gp_cu_hand_set(gp_cu *d, const float *x, int64_t cols, int32_t n, const gp_cu_norm *nm, size_t off) {
     d->hand.x = x, d->hand.cols = cols, d->hand.n = n, d->hand.off = off, d->hand.at = d->work;
+    d->hand.has_nm = nm != NULL;
+    if (nm) d->hand.nm = *nm;
 }
 
-extern "C" int gp_cu_hand_take(gp_cu *d, const float *x, int64_t cols, int32_t n, size_t *off) {
-    const int ok = d->hand.x && d->hand.x == x && d->hand.cols == cols && d->hand.n == n && d->hand.at == d->work;
+/* nm and the hand-over's norm are the same norm (or both none) */
+static int same_norm(const gp_cu *d, const gp_cu_norm *nm) {
+    if (!nm || !d->hand.has_nm) return !nm && !d->hand.has_nm;
+    const gp_cu_norm *h = &d->hand.nm;
+    return h->w.data == nm->w.data && h->w.dtype == nm->w.dtype && h->eps == nm->eps && h->plus_one == nm->plus_one;
+}
+
+extern "C" int gp_cu_hand_take(gp_cu *d, const float *x, int64_t cols, int32_t n, const gp_cu_norm *nm,
+                               size_t *off) {
+    const int ok = d->hand.x && d->hand.x == x && d->hand.cols == cols && d->hand.n == n && same_norm(d, nm) &&
+                   d->hand.at == d->work;
     d->hand.x = NULL;
     *off = ok ? d->hand.off : 0;
     return ok;
