@@ -1273,9 +1273,9 @@ static bool wg_full_off(void) {
 }
 
 /* Bytes of d's scratch for the GEMMs of up to max_tokens tokens and max_cols columns: room for two bf16 copies of an
- * input (a whole GLU's input and the copy of its output it hands over to down), then the chains' sums of a split GEMM (CHAINS floats an output: at most those of a grid under two blocks a
- * multiprocessor, and of 3 max_cols rows, q|k|v's stacked at most; with max_cols alone Qwen3-0.6B's q|k|v, 4096
- * rows of 3072 at most, could not split). */
+ * input (a whole GLU's input and the copy of its output it hands over to down), then the chains' sums of a split
+ * GEMM (CHAINS floats an output: at most those of a grid under two blocks a multiprocessor, and of 3 max_cols rows,
+ * q|k|v's stacked at most; with max_cols alone Qwen3-0.6B's q|k|v, 4096 rows of 3072 at most, could not split). */
 extern "C" size_t gp_cu_gemm_scratch_bytes(int64_t max_tokens, int64_t max_cols) {
     const size_t copy = 2 * (((size_t)max_tokens * (size_t)xb_cols(max_cols) * 2 + 255) / 256 * 256);
     const size_t split = (size_t)CHAINS * 4 * 2 * (size_t)gp_cu_sm_count() * GEMM_BM * 128;
