@@ -42,6 +42,11 @@ static void residual(gp_ctx *c, const gp_linear *L, const float *in, const gp_wt
     B->add(c->ws, c->x, c->h, (int64_t)n * E);
 }
 
+/* The norm by w before a projection of x (its h: the context's scratch row) */
+static gp_prenorm prenorm(const gp_ctx *c, const gp_wt *w) {
+    return (gp_prenorm){w, c->h, c->m->cfg.norm_eps, c->m->cfg.arch.norm_plus_one};
+}
+
 /* The attention block of layer l: x += o_proj(attention(rope(q), rope(k), v over the cache)) [post-norm].  The n rows
  * of cs[0]'s buffers belong to n_seq contexts, n / n_seq consecutive rows each (one context's chunk, or one token of
  * each sequence of a batch): the projections run on all rows at once (one pass over the weights), rope and attention
@@ -57,7 +62,7 @@ static void attention_block(gp_ctx *const *cs, int32_t n_seq, int32_t l, int32_t
     const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
     const int po = a->norm_plus_one;
 
-    const gp_prenorm norm = {&L->attn_norm, c->h, cfg->norm_eps, po}, next = {&L->ffn_norm, c->h, cfg->norm_eps, po};
+    const gp_prenorm norm = prenorm(c, &L->attn_norm), next = prenorm(c, &L->ffn_norm);
     float *const qkv[3] = {c->q, c->k, c->v};
     const gp_linear *const proj[3] = {&L->q, &L->k, &L->v};
     B->linears(ws, 3, qkv, c->x, &norm, proj, n);
@@ -92,12 +97,11 @@ static void ffn_block(gp_ctx *c, int32_t l, int32_t n) {
     const gp_arch *a = &cfg->arch;
     const gp_layer *L = &c->layers[l]; /* the model's, or the context's copy with LoRA terms */
 
-    const gp_prenorm norm = {&L->ffn_norm, c->h, cfg->norm_eps, a->norm_plus_one};
+    const gp_prenorm norm = prenorm(c, &L->ffn_norm);
     c->be->ops->linear_glu(c->ws, c->gate, c->up, c->x, &norm, &L->gate, &L->up, n, a->act);
-    /* the next layer's attention norm follows (steering or a capture between is another op: a device's hand-over is
-     * then dropped) */
-    const gp_prenorm next = {l + 1 < cfg->n_layers ? &c->layers[l + 1].attn_norm : NULL, c->h, cfg->norm_eps,
-                             a->norm_plus_one};
+    /* the next layer's attention norm follows (a steering add between is another op: a device then drops what it
+     * prepared for it) */
+    const gp_prenorm next = prenorm(c, l + 1 < cfg->n_layers ? &c->layers[l + 1].attn_norm : NULL);
     residual(c, &L->down, c->gate, a->sandwich_norms ? &L->ffn_post_norm : NULL, next.w ? &next : NULL, n);
 }
 

@@ -646,9 +646,12 @@ static int composite_case(gp_backend *be, int32_t compute, int32_t n, int32_t E)
 /* Case k of handover_case on y [N, E] from the GLU's output in [N, F] (L[2]: down; L[0], L[1]: gate, up): down;
  * the residual add; (k 3, 4) the residual add told the next norm pn (next: pn or NULL), then (k 4: after an add to y)
  * the GLU of y's norm into out. */
+/* handover_case's sizes: tokens, features, GLU rows */
+enum { HO_N = 300, HO_E = 64, HO_F = 3072 };
+
 static void glu_down_step(gp_backend *be, gp_ws *ws, int k, float *y, const float *in, float *out, float *tmp,
                           const float *dd, const gp_linear *L, const gp_prenorm *pn, const gp_prenorm *next) {
-    enum { N = 300, E = 64 };
+    enum { N = HO_N, E = HO_E };
     if (k == 0 || k == 2) be->ops->linear(ws, y, in, &L[2], N);
     else be->ops->linear_add(ws, y, tmp, in, &L[2], k >= 3 ? next : NULL, N);
     if (k == 4) be->ops->add(ws, y, dd, (int64_t)N * E);
@@ -661,7 +664,7 @@ static void glu_down_step(gp_backend *be, gp_ws *ws, int k, float *y, const floa
  * next GEMM, or of the residual's norm made in its fold; F = 3072 rows, a GLU grid that fills an H100).  Returns
  * the outputs that differ. */
 static int handover_case(gp_backend *be, int32_t compute) {
-    enum { N = 300, E = 64, F = 3072, B = 9 };
+    enum { N = HO_N, E = HO_E, F = HO_F, B = 9 };
     gp_ws_params p = {.n_threads = 2, .max_tokens = N, .max_keys = 1, .head_dim = 8, .compute = compute,
                       .max_cols = F};
     gp_ws *ws = NULL;

@@ -348,7 +348,7 @@ static void cu_linear_add(gp_ws *ws, float *y, float *tmp, const float *x, const
         const int mode = GP_CU_ACC | linear_mode(ws, L) | (n == 1 ? GP_CU_EARLY : 0);
         gp_cu_norm nb;
         /* a chunk's GEMM may make the next projection's normalized input copy in its fold (one pass fewer) */
-        if (next && n > 16 && (mode & GP_CU_MMA) &&
+        if (next && (mode & GP_CU_MMA) &&
             !gp_cu_matmul_mma_add_chunk(ws_of(ws)->d, y, x, &W, &B, n, mode, cnorm(next, &nb)))
             return;
         check(ws, gp_cu_matmul(ws_of(ws)->d, y, x, &W, &B, n, mode, 1.0f), "linear_add");

@@ -1364,7 +1364,10 @@ static int launch_gemm(gp_cu *d, const mma_parts &p, const float *x, const gp_cu
     const int groups = can && (!whole || gemm_force()) ? chain_groups(tiles, sms) : 1;
     if (groups > 1 || whole) {
         const bool take = handed && off + copy + (groups > 1 ? sums : 0) <= cap;
-        if (!take) launch_copy(d, xb, x, nm, cols, n, true), off = 0;
+        if (!take) {
+            launch_copy(d, xb, x, nm, cols, n, true);
+            off = 0;
+        }
         const size_t at = off + copy, ho = hand_at(p, next, glu, groups, rows, n, at, at + sums, cap);
         uint16_t *xo = ho == SIZE_MAX ? NULL : (uint16_t *)((char *)xb + ho);
         launch_wg(d, p, (uint16_t *)((char *)xb + off), (float *)((char *)xb + at), xo, next, rows, cols, n, groups,
