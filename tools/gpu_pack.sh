@@ -2,7 +2,9 @@
 # tools/gpu_pack.sh — packs what a run on the GPU machine needs into .gpu/ (ignored by git: add "/.gpu/" to
 # .git/info/exclude, then name .gpu in the device tool's carry): the `make cuda` binaries (stripped), the shared
 # libraries they link (in case that machine lacks them), and a subset of ../shared/fixtures that fits the carry limit
-# (NO_TOKENIZERS=1 leaves the models' tokenizer.json out: most tests feed token ids).  tools/gpu_run.sh unpacks (Python's lzma: that machine has no zstd) and runs them there.
+# (NO_TOKENIZERS=1 leaves the models' tokenizer.json out: most tests feed token ids, but the CLI suites need them;
+# with them the four tiny models and both mode references pack into about 39 MB).  tools/gpu_run.sh unpacks
+# (Python's lzma: that machine has no zstd) and runs them there.
 #   sh tools/gpu_pack.sh [MODEL ...]        default models: tiny-qwen3 tiny-llama tiny-gemma3 tiny-gemma2
 #   MODES="cuda_f32_sdpa cuda_bf16_sdpa"    which references/modes files to include (default: cuda_f32_sdpa)
 #   OLD=path/to/genparity                   also pack a baseline binary as .gpu/bin/genparity-old (A/B timings)
