@@ -8,8 +8,8 @@
  *   rowc<U>  (loads only) 4 warps per 8 rows, a warp 2 rows, each load instruction 512 bytes of one row;
  *   ring<W,S> W warps per block, a warp all four chains of 8 rows, its rows copied by cp.async in 512-byte runs into
  *            a ring of S stages of shared memory (8 rows x 256 columns a stage), fragments read from there.
- * Measured on an H100 (2026-11-27, BENCHMARKS.md): 512-byte runs stream 4-8% faster than frag's pieces when only
- * loading, 3-4% (ring) with the products; in the decode step itself the ring kernel was slower (fewer warps a row).
+ * Measured on an H100 (2026-11-27, BENCHMARKS.md): 512-byte runs stream 3-7% faster than frag8's pieces when only
+ * loading, 1-4% (ring) with the products; in the decode step itself the ring kernel was slower (fewer warps a row).
  *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -o /tmp/probe tools/cuda_stream_probe.cu && /tmp/probe
  */
 #include <cstdint>
