@@ -130,13 +130,21 @@ struct row_walk {
 };
 
 /* Stages the keys and values of split s for kv head kvh: ks, vs [SPLIT][ld]; held[i] = key j0 + i is held (the row
- * of position skip, held, is left for the caller to store).  Each thread issues STAGE_BATCH vectors' loads before
- * storing any (one at a time, their latency was most of a decode split): 8 in decode's blocks of up to 8 warps, 2
- * in a chunk's 16.  ZERO: the rows not held are zeros (the tensor-core path multiplies every row). */
+ * of position skip, held, is left for the caller to store).  Each row's descriptor run is looked up once, before the
+ * vectors (once a vector, it was a sixth of decode attention's instructions; BENCHMARKS.md).  Each thread issues
+ * STAGE_BATCH vectors' loads before storing any (one at a time, their latency was most of a decode split): 8 in
+ * decode's blocks of up to 8 warps, 2 in a chunk's 16.  ZERO: the rows not held are zeros (the tensor-core path
+ * multiplies every row). */
 template <int STAGE_BATCH, bool ZERO = false>
 __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld,
                             float *ks, float *vs, uint8_t *held, int32_t skip = -1) {
     const int32_t hd = a.head_dim, j0 = s * SPLIT, off = kvh * hd;
+    __shared__ int8_t run[SPLIT]; /* each row's descriptor run, looked up once a row (not once a vector) */
+    for (int i = threadIdx.x; i < SPLIT; i += blockDim.x) {
+        const int sg = seg_of(d, j0 + i);
+        run[i] = (int8_t)sg, held[i] = sg >= 0;
+    }
+    __syncthreads();
     for (row_walk w(hd / 4); w.i < SPLIT;) {
         float4 kv[STAGE_BATCH], vv[STAGE_BATCH];
         int at[STAGE_BATCH]; /* where the vector goes: (i * ld + 4 f), -1 past the split */
@@ -146,8 +154,7 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
             const int i = w.i, f = w.f;
             at[u] = i < SPLIT ? i * ld + 4 * f : -1;
             const int32_t j = j0 + i;
-            const int sg = i < SPLIT ? seg_of(d, j) : -1;
-            if (i < SPLIT && f == 0) held[i] = sg >= 0;
+            const int sg = i < SPLIT ? run[i] : -1;
             in[u] = sg >= 0 && j != skip;
             /* ZERO (the tensor-core path, whose products take every row): zeros for the rows not held */
             kv[u] = vv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
