@@ -32,6 +32,52 @@
 #define SPLIT GP_CU_ATTN_SPLIT
 #define MAX_NE 8 /* output elements per lane: head_dim <= 256 */
 
+#ifdef GP_CU_TRACE
+#include <stdio.h>
+/* Diagnostic builds only: block (0, 0)'s thread 0 of each decode attention stores the SM clock at the points
+ * attn_stamp(k) names (10 a launch, slot 9 the splits), written to $GP_CU_TRACE_FILE.attn at exit (the means:
+ * tools/cuda_attn_stamps.py). */
+#define ATTN_STAMPS 10
+#define ATTN_STAMP_CAP (1u << 16)
+static __device__ unsigned long long g_attn_stamp[ATTN_STAMP_CAP * ATTN_STAMPS];
+static __device__ unsigned g_attn_n;
+static void attn_stamp_dump(void) {
+    const char *fn = getenv("GP_CU_TRACE_FILE");
+    unsigned n = 0;
+    if (!fn || cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&n, g_attn_n, sizeof n) != cudaSuccess)
+        return;
+    n = n < ATTN_STAMP_CAP ? n : ATTN_STAMP_CAP;
+    unsigned long long *h = (unsigned long long *)malloc((size_t)n * ATTN_STAMPS * 8 + 8);
+    char path[4096];
+    snprintf(path, sizeof path, "%s.attn", fn);
+    FILE *f = h && cudaMemcpyFromSymbol(h, g_attn_stamp, (size_t)n * ATTN_STAMPS * 8) == cudaSuccess ? fopen(path, "w")
+                                                                                                     : NULL;
+    for (unsigned i = 0; f && i < n; i++) {
+        for (int k = 0; k < ATTN_STAMPS; k++) fprintf(f, "%llu ", h[(size_t)i * ATTN_STAMPS + k]);
+        fprintf(f, "\n");
+    }
+    if (f) fclose(f);
+    free(h);
+}
+static void attn_stamp_set(unsigned long long *) { atexit(attn_stamp_dump); }
+namespace {
+struct attn_stamp_reg {
+    attn_stamp_reg() { gp_cu_trace_register(attn_stamp_set); }
+} attn_stamp_reg_inst;
+}
+static __shared__ unsigned s_attn_rec;
+__device__ __forceinline__ void attn_stamp(int k) {
+    unsigned *rec = &s_attn_rec;
+    if (threadIdx.x || blockIdx.x || blockIdx.y) return;
+    if (k == 0) *rec = atomicAdd(&g_attn_n, 1u);
+    if (*rec >= ATTN_STAMP_CAP) return;
+    g_attn_stamp[(size_t)*rec * ATTN_STAMPS + k] = clock64();
+    if (k == 0) g_attn_stamp[(size_t)*rec * ATTN_STAMPS + 9] = gridDim.x;
+}
+#else
+__device__ __forceinline__ void attn_stamp(int) {}
+#endif
+
 /* 2^x as the GPU's ex2.approx.ftz (what flash attention's softmax evaluates) */
 __device__ __forceinline__ float ex2_approx(float x) {
     float y;
@@ -409,19 +455,38 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
     fold_parts_by<NE>(ns, hd, out, bf, [&](int32_t b, int32_t i) { return __ldcg(part + (size_t)b * (hd + 2) + i); });
 }
 
-/* The new key of kv head kvh (decode with the rope inside) by one warp: rotated in kb [head_dim] (shared memory)
- * as gp_cu_rope_qk does it (kn: the key norm's weights; cs: rope_angles at its position), then stored with its
- * value at row r0 of the cache's float rows and at the staged rows ks, vs (the split's row of its position, which
+/* The new key of kv head kvh (decode with the rope inside), rotated in kb [head_dim] by its warp, stored with its
+ * value rv [head_dim] at kf, vf (row r0 of the cache's float rows) and ks, vs (the staged rows of its position, which
  * stage_split skipped). */
-__device__ void rope_store_key(const gp_cu_attn &a, int32_t kvh, int32_t r0, float *kb, float *ks,
-                               float *vs, const gp_cu_wt &kn, const float2 *cs, int bf) {
+__device__ __forceinline__ void store_key(const gp_cu_attn &a, const float *rv, const float *kb, float *ks, float *vs,
+                                          float *kf, float *vf) {
     const int lane = threadIdx.x & 31, hd = a.head_dim;
-    const size_t o = (size_t)r0 * a.n_kv * hd + (size_t)kvh * hd;
-    for (int e = lane; e < hd; e += 32) kb[e] = a.rk[(size_t)kvh * hd + e];
-    rope_head_warp<true>(kb, hd, kn, a.eps, a.plus_one, bf, cs); /* (kn: norm_in's float32 weights) */
     for (int e = lane; e < hd; e += 32) {
-        const float v = a.rv[(size_t)kvh * hd + e];
-        a.kf[o + e] = ks[e] = kb[e], a.vf[o + e] = vs[e] = v;
+        const float v = rv[e];
+        kf[e] = ks[e] = kb[e], vf[e] = vs[e] = v;
+    }
+}
+
+/* Decode's jobs before its split, a warp a job: the group's queries w < G copied to qsm [G][hd] and, in the block
+ * of the split holding p with the rope inside, the new key (job G, at qsm + G hd), each rotated after its norm (qn,
+ * kn: norm_in's float32 copies) and the key stored (store_key).  One call site of rope_head_warp for both: the code
+ * is fetched cold every launch, so the jobs share what one of them fetches (BENCHMARKS.md). */
+__device__ __forceinline__ void decode_jobs(const gp_cu_attn &a, const attn_plan &pl, const attn_desc_sm &d,
+                                            float *qsm, float *ks, float *vs, const float2 *cs, const gp_cu_wt &qn,
+                                            const gp_cu_wt &kn) {
+    const int lane = threadIdx.x & 31, hd = a.head_dim;
+    const int32_t kvh = blockIdx.y, p = d.pos0, j0 = split_id(d, blockIdx.x) * SPLIT;
+    const bool early = a.rk != NULL;
+    const int32_t jobs = pl.G + (early && j0 <= p && p < j0 + SPLIT);
+    for (int32_t w = threadIdx.x >> 5; w < jobs; w += blockDim.x >> 5) {
+        const bool key = w == pl.G;
+        float *x = qsm + w * hd;
+        const float *src = key ? a.rk + (size_t)kvh * hd : a.q + (size_t)(kvh * pl.G + w) * hd;
+        for (int e = lane; e < hd; e += 32) x[e] = src[e];
+        if (early) rope_head_warp<true>(x, hd, key ? kn : qn, a.eps, a.plus_one, pl.bf, cs);
+        if (!key) continue;
+        const size_t o = (size_t)d.r0 * a.n_kv * hd + (size_t)kvh * hd;
+        store_key(a, a.rv + (size_t)kvh * hd, x, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld, a.kf + o, a.vf + o);
     }
 }
 
@@ -581,6 +646,13 @@ __device__ __forceinline__ bool mma_softmax(const gp_cu_attn &a, const float (&s
                                             const int32_t *p, int *seen, float *m, float *l, uint32_t (&pp)[8][2]) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
+        if (r && __all_sync(0xffffffffu, p[1] < 0)) { /* no row g + 8 in the warp (decode, G <= 8): row_softmax's
+                                                        * values for a row that sees nothing, without its code */
+            seen[1] = 0, m[1] = -INFINITY, l[1] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) pp[j][1] = 0u;
+            break;
+        }
         float v[8][2];
         uint32_t q[8];
 #pragma unroll
@@ -924,6 +996,7 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
     }
     const uint64_t hm = held_mask(held);
     __syncthreads();
+    attn_stamp(6);
     float s[8][4], m[2], l[2], acc[2][2 * NT];
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -933,6 +1006,7 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
     int seen[2];
     uint32_t pp[8][2];
     if (mma_softmax(a, s, hm, j0, ps, seen, m, l, pp)) pv_tiles<NT>(pp, frags_f32{ks, vs, pl.ld, hd}, hd, warp, 8, acc);
+    attn_stamp(7);
     if (ns == 1) { /* the only split: folded in registers as the chunk kernel does */
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -943,6 +1017,7 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
                 if (seen[r]) fold<2 * NT>(M, L, O, m[r], l[r], acc[r]);
                 finish_frag<NT>(a.out + (size_t)(kvh * pl.G + row[r]) * hd, hd, L, O, pl.bf, warp, 8);
             }
+        attn_stamp(8);
         return;
     }
     if constexpr (CL > 0) {
@@ -974,15 +1049,17 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     __shared__ attn_desc_sm d;
     __shared__ uint8_t held[SPLIT];
     const int32_t b = blockIdx.x, kvh = blockIdx.y, hd = a.head_dim, ns = gridDim.x;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
     const bool head = warp < pl.G; /* warps past the group's heads only stage */
     const int32_t h = kvh * pl.G + warp;
     float *ks = smem, *vs = ks + SPLIT * pl.ld, *qs = vs + SPLIT * pl.ld + warp * hd;
     __shared__ float2 cs[MAX_NE * 16]; /* the rope's rope_cs values at position p [head_dim / 2] */
     __shared__ float nw[2][MAX_NE * 32]; /* the query and key norms' weights [head_dim] widened to float32 */
+    attn_stamp(0);
     desc_to_smem(a, pl, var, &d); /* (var: written before the step's first kernel, so readable before the wait) */
     const gp_cu_wt qn = norm_in(a.qn, nw[0], a.rk ? hd : 0), kn = norm_in(a.kn, nw[1], a.rk ? hd : 0);
     __syncthreads();
+    attn_stamp(1);
     const int32_t p = d.pos0, j0 = split_id(d, b) * SPLIT;
     /* the rope inside (a.rk): its angles and the held rows, which are earlier steps', before the wait for the kernel
      * that writes q, k, v; then every block rotates its heads' queries, the block of the split holding p the new
@@ -991,16 +1068,13 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     if (early) rope_angles(cs, hd / 2, (float)p, a.inv_freq, pl.bf);
     if (!early) pdl_enter();
     stage_split<STAGE_BATCH, MMA>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early ? p : -1);
+    attn_stamp(2);
     if (early) __syncthreads(), pdl_enter(); /* (cs written) */
-    for (int32_t w = warp; w < pl.G; w += blockDim.x >> 5) { /* (the tensor-core path: 8 warps for up to 16 heads) */
-        float *qw = vs + SPLIT * pl.ld + w * hd;
-        for (int e = lane; e < hd; e += 32) qw[e] = a.q[(size_t)(kvh * pl.G + w) * hd + e];
-        if (early) rope_head_warp<true>(qw, hd, qn, a.eps, a.plus_one, pl.bf, cs); /* (qn: norm_in's float32) */
-    }
-    if (early && j0 <= p && p < j0 + SPLIT && warp == (pl.G < (int)(blockDim.x >> 5) ? pl.G : 0))
-        rope_store_key(a, kvh, d.r0, vs + SPLIT * pl.ld + pl.G * hd, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld,
-                       kn, cs, pl.bf);
+    attn_stamp(3);
+    decode_jobs(a, pl, d, vs + SPLIT * pl.ld, ks, vs, cs, qn, kn);
+    attn_stamp(4);
     __syncthreads();
+    attn_stamp(5);
     if constexpr (MMA) {
         decode_mma<NE, CL>(a, pl, vs + SPLIT * pl.ld, ks, vs, held, j0, p, kvh, ns);
         return;
@@ -1010,12 +1084,14 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     int seen;
     constexpr int PV = STAGE_BATCH == 1 ? 2 : NE <= 4 ? 8 : 4;
     split_warp<1, NE, PV, PLAIN>(a, pl, &qs, ks, vs, held, j0, &pq, &seen, &m, &l, acc);
+    attn_stamp(7);
     if (ns == 1) { /* the only split: folded in registers as the chunk kernel does, no partials */
         float M = -INFINITY, L = 0.0f, O[NE];
 #pragma unroll
         for (int k = 0; k < NE; k++) O[k] = 0.0f;
         if (seen) fold<NE>(M, L, O, m, l, acc[0]);
         if (head) finish_out<NE>(a.out + (size_t)h * hd, hd, L, O, pl.bf);
+        attn_stamp(8);
         return;
     }
     if constexpr (CL > 0) {
