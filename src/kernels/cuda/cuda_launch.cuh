@@ -388,20 +388,28 @@ __device__ __forceinline__ void norm_prefetch(norm_early &ne, const norm_args &n
         ne.g[k] = NORM && i < cols && cols <= NORM_REGS * (int64_t)blockDim.x ? wt_at(nm.w, nm.dt, i) : 0.0f;
     }
 }
-template <bool NORM>
-__device__ __forceinline__ const float *input_of(const float *x, float *xs, int64_t cols, const norm_args &nm,
-                                                 const norm_early &ne) {
-    if (!NORM) return x;
-    if (cols > NORM_REGS * (int64_t)blockDim.x) return input_of<NORM>(x, xs, cols, nm);
+/* The register path's first half: this thread's elements v[k] = x[threadIdx.x + k blockDim.x] (zeros past cols)
+ * read once; returns rms_inv's value (rms_partial's elements and order). */
+__device__ __forceinline__ float rms_inv_regs(const float *x, int64_t cols, const norm_args &nm,
+                                              float (&v)[NORM_REGS]) {
     __shared__ float sh[32];
     const int nb = blockDim.x;
-    float v[NORM_REGS], ss = 0.0f;
+    float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < NORM_REGS; k++) v[k] = threadIdx.x + k * nb < cols ? x[threadIdx.x + k * nb] : 0.0f;
 #pragma unroll
     for (int k = 0; k < NORM_REGS; k++)
         if (threadIdx.x + k * nb < cols) ss += v[k] * v[k];
-    const float inv = rms_scale(block_sum(ss, sh), (int32_t)cols, nm.eps, nm.bf);
+    return rms_scale(block_sum(ss, sh), (int32_t)cols, nm.eps, nm.bf);
+}
+template <bool NORM>
+__device__ __forceinline__ const float *input_of(const float *x, float *xs, int64_t cols, const norm_args &nm,
+                                                 const norm_early &ne) {
+    if (!NORM) return x;
+    if (cols > NORM_REGS * (int64_t)blockDim.x) return input_of<NORM>(x, xs, cols, nm);
+    const int nb = blockDim.x;
+    float v[NORM_REGS];
+    const float inv = rms_inv_regs(x, cols, nm, v);
 #pragma unroll
     for (int k = 0; k < NORM_REGS; k++)
         if (threadIdx.x + k * nb < cols) xs[threadIdx.x + k * nb] = rms_val(v[k], inv, ne.g[k], nm.plus_one, nm.bf);

@@ -105,6 +105,23 @@ __device__ __forceinline__ const float *norm_x(const float *__restrict__ x, uint
     return (const float *)xs;
 }
 
+/* norm_x's bits with the norm weights read before the wait (ne: norm_prefetch's) and each thread's elements of x
+ * read once, held in registers from the sum of squares to the scaling (input_of's register path, rows of up to
+ * NORM_REGS elements a thread), each output stored as its bf16 half-word (pack2 rounds each half alone). */
+__device__ __forceinline__ const float *norm_x_regs(const float *__restrict__ x, uint4 *xs, int64_t cols,
+                                                    const norm_args &nm, const norm_early &ne) {
+    const int nb = blockDim.x;
+    float v[NORM_REGS];
+    const float inv = rms_inv_regs(x, cols, nm, v);
+    __nv_bfloat16 *xh = (__nv_bfloat16 *)xs;
+#pragma unroll
+    for (int k = 0; k < NORM_REGS; k++)
+        if (threadIdx.x + k * nb < cols)
+            xh[threadIdx.x + k * nb] = __float2bfloat16_rn(rms_val(v[k], inv, ne.g[k], nm.plus_one, nm.bf));
+    __syncthreads();
+    return (const float *)xs;
+}
+
 /* A warp tile's fragments through one chunk, chunk_mma for each (i, q): the first 16-column block for every fragment,
  * then the second, so each accumulator takes its two products in chunk_mma's order with MI QN - 1 independent ones
  * between them (its pairs back to back left the tensor pipe waiting on each first product). */
@@ -261,8 +278,9 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
 /* One token through gate and up (same shape): a block of 2 CHAINS warps per 8 rows (warps 0..CHAINS-1 the gate's
  * chains, CHAINS..2 CHAINS-1 the up's), then y[r] = act(gate) * up with the GLU op's expression: the bits of the two
  * products (the decode kernel's) and glu_kernel; under NORM of the input's RMSNorm (input_of; dynamic shared memory
- * [cols]), or with PACKED staged as bf16 (norm_x, for rows of up to NORM_REGS elements a thread: measured on the
- * H100, Qwen3-0.6B's 1024-wide rows 3-6% faster decode, Llama-3.2-1B's 2048 3-4% slower; BENCHMARKS.md). */
+ * [cols]), or with PACKED staged as bf16 (norm_x_regs, its weights read before the wait, for rows of up to NORM_REGS
+ * elements a thread: measured on the H100, Qwen3-0.6B's 1024-wide rows 3-6% faster decode staged, 1-3% more with the
+ * weights early and x in registers, Llama-3.2-1B's 2048 3-4% slower staged; BENCHMARKS.md). */
 template <int DT, bool NORM, bool PACKED = false>
 __global__ void __launch_bounds__(64 * CHAINS)
     mma_decode_glu_kernel(float *__restrict__ y, const float *__restrict__ x, norm_args nm, const void *__restrict__ G,
@@ -275,7 +293,9 @@ __global__ void __launch_bounds__(64 * CHAINS)
     const int64_t r0 = (int64_t)blockIdx.x * 8;
     float acc[4];
     const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
-    auto prep = [&] { return PACKED ? norm_x(x, (uint4 *)xs, cols, nm) : input_of<NORM>(x, xs, cols, nm); };
+    norm_early ne;
+    norm_prefetch<PACKED>(ne, nm, cols); /* (before decode_chain's wait: nothing writes the norm weights) */
+    auto prep = [&] { return PACKED ? norm_x_regs(x, (uint4 *)xs, cols, nm, ne) : input_of<NORM>(x, xs, cols, nm); };
     constexpr int XIN = PACKED ? X_PACKED : NORM ? X_SHARED : X_GLOBAL;
     decode_chain<DT, XIN, GLU_UNR>(acc, which ? U : G, wr, cols, 1, chain, g, c, prep, (mode & GP_CU_EARLY) != 0);
 #pragma unroll
