@@ -8,7 +8,7 @@ count.  Prints the mean cycles between the points by split count (the first thir
 import collections
 import sys
 
-NAMES = ["descriptor and norms", "staging", "dry runs and wait", "jobs (q, k rope)", "barrier", "scores",
+NAMES = ["descriptor and norms", "staging", "wait for q.k.v", "jobs (q, k rope)", "barrier", "scores",
          "softmax and p.v", "finish"]
 
 
