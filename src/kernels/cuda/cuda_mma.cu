@@ -227,8 +227,9 @@ __device__ __forceinline__ int sum_chains(float *acc, float (*part)[32][4], int 
 /* Decode (n <= 16 tokens): a block of CHAINS warps per 8 weight rows of the parts, warp w running chain w; lane (g, c)
  * loads 16 bytes of weight row g per chunk (UNR chunks a buffer) and multiplies the token tile (zero rows beyond n).
  * STAGE (one token): the block first copies x into dynamic shared memory as bf16 (stage_x; 2 cols bytes).  NORM (one
- * token, staged): x's RMSNorm by nm instead (norm_x), the block rms_threads(cols) = 128 or 256 threads: one or two
- * groups of 8 rows (warps CHAINS q .. for group q; a group past the parts computes nothing it stores). */
+ * token, staged): x's RMSNorm by nm instead (norm_x; norm_x_regs, its weights read before the wait, for rows of up to
+ * NORM_REGS elements a thread), the block rms_threads(cols) = 128 or 256 threads: one or two groups of 8 rows (warps
+ * CHAINS q .. for group q; a group past the parts computes nothing it stores). */
 template <int DT, bool STAGE, bool NORM = false, int UNR = DEC_UNR>
 __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
     mma_decode_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int32_t n, int mode, float alpha,
@@ -254,7 +255,13 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
     }
     float acc[4];
     const int64_t wr = r0 + g < rows ? r0 + g : rows - 1;
-    auto prep = [&] { return NORM ? norm_x(x, (uint4 *)xs, cols, nm) : STAGE ? stage_x(x, (uint4 *)xs, cols) : x; };
+    norm_early ne;
+    norm_prefetch<NORM>(ne, nm, cols); /* (before decode_chain's wait: nothing writes the norm weights) */
+    const bool regs = NORM && cols <= NORM_REGS * (int64_t)blockDim.x;
+    auto prep = [&] {
+        if (NORM) return regs ? norm_x_regs(x, (uint4 *)xs, cols, nm, ne) : norm_x(x, (uint4 *)xs, cols, nm);
+        return STAGE ? stage_x(x, (uint4 *)xs, cols) : x;
+    };
     decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, UNR>(acc, W, wr, cols, n, warp, g, c, prep,
                                                        (mode & GP_CU_EARLY) != 0);
     if (!sum_chains(acc, part[grp], warp, lane) || r0 >= rows) return;
