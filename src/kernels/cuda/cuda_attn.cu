@@ -455,22 +455,14 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
     fold_parts_by<NE>(ns, hd, out, bf, [&](int32_t b, int32_t i) { return __ldcg(part + (size_t)b * (hd + 2) + i); });
 }
 
-/* The new key of kv head kvh (decode with the rope inside), rotated in kb [head_dim] by its warp, stored with its
- * value rv [head_dim] at kf, vf (row r0 of the cache's float rows) and ks, vs (the staged rows of its position, which
- * stage_split skipped). */
-__device__ __forceinline__ void store_key(const gp_cu_attn &a, const float *rv, const float *kb, float *ks, float *vs,
-                                          float *kf, float *vf) {
-    const int lane = threadIdx.x & 31, hd = a.head_dim;
-    for (int e = lane; e < hd; e += 32) {
-        const float v = rv[e];
-        kf[e] = ks[e] = kb[e], vf[e] = vs[e] = v;
-    }
-}
-
 /* Decode's jobs before its split, a warp a job: the group's queries w < G copied to qsm [G][hd] and, in the block
- * of the split holding p with the rope inside, the new key (job G, at qsm + G hd), each rotated after its norm (qn,
- * kn: norm_in's float32 copies) and the key stored (store_key).  One call site of rope_head_warp for both: the code
- * is fetched cold every launch, so the jobs share what one of them fetches (BENCHMARKS.md). */
+ * of the split holding p with the rope inside, the new key (job G), each rotated after its norm (qn, kn: norm_in's
+ * float32 copies), the key stored with its value rv at kf, vf (row r0 of the cache's float rows) and ks, vs (the
+ * staged row of its position, which stage_split skipped).  One call site of the rope for both: the code is fetched
+ * cold every launch, so the jobs share what one of them fetches (BENCHMARKS.md).  PLAIN (hd = 32 NE): lane l holds
+ * elements l + 32 j in registers from the loads to the stores (rope_head_regs: rope_head_warp's bits without its
+ * round trips through shared memory after the wait; Qwen3-0.6B's jobs 2,420 -> 1,756 cycles); else through qsm. */
+template <int NE, bool PLAIN>
 __device__ __forceinline__ void decode_jobs(const gp_cu_attn &a, const attn_plan &pl, const attn_desc_sm &d,
                                             float *qsm, float *ks, float *vs, const float2 *cs, const gp_cu_wt &qn,
                                             const gp_cu_wt &kn) {
@@ -482,11 +474,31 @@ __device__ __forceinline__ void decode_jobs(const gp_cu_attn &a, const attn_plan
         const bool key = w == pl.G;
         float *x = qsm + w * hd;
         const float *src = key ? a.rk + (size_t)kvh * hd : a.q + (size_t)(kvh * pl.G + w) * hd;
-        for (int e = lane; e < hd; e += 32) x[e] = src[e];
-        if (early) rope_head_warp<true>(x, hd, key ? kn : qn, a.eps, a.plus_one, pl.bf, cs);
-        if (!key) continue;
-        const size_t o = (size_t)d.r0 * a.n_kv * hd + (size_t)kvh * hd;
-        store_key(a, a.rv + (size_t)kvh * hd, x, ks + (p - j0) * pl.ld, vs + (p - j0) * pl.ld, a.kf + o, a.vf + o);
+        const float *rv = a.rv + (size_t)kvh * hd;
+        const size_t o = (size_t)d.r0 * a.n_kv * hd + (size_t)kvh * hd; /* (the key's row and head) */
+        const int32_t i = key ? p - j0 : 0;
+        gp_cu_wt g = qn; /* (the field chosen, not the struct: a choice of two went through local memory) */
+        g.data = key ? kn.data : qn.data;
+        if constexpr (PLAIN && NE % 2 == 0) {
+            float v[NE], r[NE];
+#pragma unroll
+            for (int j = 0; j < NE; j++) v[j] = src[lane + 32 * j], r[j] = key ? rv[lane + 32 * j] : 0.0f;
+            if (early) rope_head_regs<NE, true>(v, g, a.eps, a.plus_one, pl.bf, cs);
+#pragma unroll
+            for (int j = 0; j < NE; j++) {
+                const int e = lane + 32 * j;
+                if (!key) x[e] = v[j];
+                else a.kf[o + e] = ks[i * pl.ld + e] = v[j], a.vf[o + e] = vs[i * pl.ld + e] = r[j];
+            }
+        } else {
+            for (int e = lane; e < hd; e += 32) x[e] = src[e];
+            if (early) rope_head_warp<true>(x, hd, g, a.eps, a.plus_one, pl.bf, cs);
+            if (!key) continue;
+            for (int e = lane; e < hd; e += 32) {
+                const float v = rv[e];
+                a.kf[o + e] = ks[i * pl.ld + e] = x[e], a.vf[o + e] = vs[i * pl.ld + e] = v;
+            }
+        }
     }
 }
 
@@ -1071,7 +1083,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     attn_stamp(2);
     if (early) __syncthreads(), pdl_enter(); /* (cs written) */
     attn_stamp(3);
-    decode_jobs(a, pl, d, vs + SPLIT * pl.ld, ks, vs, cs, qn, kn);
+    decode_jobs<NE, PLAIN>(a, pl, d, vs + SPLIT * pl.ld, ks, vs, cs, qn, kn);
     attn_stamp(4);
     __syncthreads();
     attn_stamp(5);

@@ -325,8 +325,8 @@ __device__ __forceinline__ void rope_head_warp(float *x, int32_t hd, const gp_cu
 
 /* rope_head_warp's bits with the head in registers: lane l holds v[j] = x[l + 32 j] of a head of hd = 32 J elements,
  * J even (each rotated pair (i, i + hd / 2) in one lane) and at most 8.  The sum of squares in rms_inv_warp's order:
- * virtual thread l + 32 w of rms_threads(hd) takes elements j = w, w + W, ... in order. */
-template <int J>
+ * virtual thread l + 32 w of rms_threads(hd) takes elements j = w, w + W, ... in order.  F32 as rope_head_warp's. */
+template <int J, bool F32 = false>
 __device__ __forceinline__ void rope_head_regs(float (&v)[J], const gp_cu_wt &g, float eps, int plus_one, int bf,
                                                const float2 *cs) {
     static_assert(J % 2 == 0 && J <= 8, "a head of 64, 128, 192 or 256 elements");
@@ -343,7 +343,8 @@ __device__ __forceinline__ void rope_head_regs(float (&v)[J], const gp_cu_wt &g,
         }
         const float inv = rms_scale(s, hd, eps, bf);
 #pragma unroll
-        for (int j = 0; j < J; j++) v[j] = rms_val(v[j], inv, wt_at(g.data, g.dtype, lane + 32 * j), plus_one, bf);
+        for (int j = 0; j < J; j++)
+            v[j] = rms_val(v[j], inv, wt_at(g.data, F32 ? (int)GP_CU_F32 : g.dtype, lane + 32 * j), plus_one, bf);
     }
 #pragma unroll
     for (int j = 0; j < J / 2; j++) rotate_vals(v[j], v[j + J / 2], cs[lane + 32 * j], bf);
