@@ -11,17 +11,25 @@
 # mlx-lm); the report then pairs genparity qN with llama.cpp qN_0 when both ran.
 # Environment: SHAPES (default "qwen3-0.6b llama3.2-1b"), ROUNDS (3), REPS (3), P (512), N (128), THREADS (2),
 # GENPARITY_BIN (build/genparity), PYTHON (.venv/bin/python, else python3), GENPARITY_ARGS (extra bench flags),
-# GBF16=1 (adds a genparity row with --compute bf16), LLAMA_ARGS (extra llama-bench flags).
+# GBF16=1 (adds a genparity row with --compute bf16), LLAMA_ARGS (extra llama-bench flags), DEPTH (both engines'
+# -d: the tests run on a cache already holding DEPTH tokens; default 0; not with TRANSFORMERS).
 # On the GPU machine: DEVICE=cuda runs `genparity bench --device cuda` (a `make cuda` build) and llama-bench with all
 # layers offloaded (-ngl 99; llama.cpp built with GGML_CUDA=ON); TRANSFORMERS=1 adds transformers' rows
 # (tools/bench_transformers.py, bf16, sdpa; PYTHON must hold torch and transformers).
 set -eu
-: "${LLAMA_BENCH:?set LLAMA_BENCH to llama.cpp's llama-bench (built from a fetched copy)}"
+: "${LLAMA_BENCH:?set LLAMA_BENCH to the llama-bench of llama.cpp (built from a fetched copy)}"
 : "${LLAMA_CPP_DIR:?set LLAMA_CPP_DIR to the fetched llama.cpp folder (gguf-py is read from it)}"
 BIN=${GENPARITY_BIN:-build/genparity}
 SHAPES=${SHAPES:-"qwen3-0.6b llama3.2-1b"}
 ROUNDS=${ROUNDS:-3}; REPS=${REPS:-3}; P=${P:-512}; N=${N:-128}; THREADS=${THREADS:-2}
 DEVICE=${DEVICE:-cpu}
+DEPTH=${DEPTH:-0}
+DARG=""
+[ "$DEPTH" -gt 0 ] && DARG="-d $DEPTH"
+if [ "$DEPTH" -gt 0 ] && [ -n "${TRANSFORMERS:-}" ]; then
+    echo "compare.sh: DEPTH and TRANSFORMERS together are not supported" >&2
+    exit 2
+fi
 GDEV=""; LDEV=""
 [ "$DEVICE" = cuda ] && GDEV="--device cuda --bandwidth-mib 0" && LDEV="-ngl 99"
 PY=${PYTHON:-.venv/bin/python}
@@ -52,27 +60,27 @@ while [ "$r" -le "$ROUNDS" ]; do
         m="$DIR/$shape-bf16"
         load0=$(cut -d' ' -f1 /proc/loadavg)
         # shellcheck disable=SC2086
-        "$BIN" bench --model "$m" -p "$P" -n "$N" -r "$REPS" --threads "$THREADS" --format json $GDEV \
+        "$BIN" bench --model "$m" -p "$P" -n "$N" $DARG -r "$REPS" --threads "$THREADS" --format json $GDEV \
             ${GENPARITY_ARGS:-} > "$OUT/r$r-$shape-genparity.json"
         if [ -n "${GBF16:-}" ]; then
             # shellcheck disable=SC2086
-            "$BIN" bench --model "$m" -p "$P" -n "$N" -r "$REPS" --threads "$THREADS" --format json $GDEV \
+            "$BIN" bench --model "$m" -p "$P" -n "$N" $DARG -r "$REPS" --threads "$THREADS" --format json $GDEV \
                 --compute bf16 ${GENPARITY_ARGS:-} > "$OUT/r$r-$shape-gpbf16.json"
         fi
         # shellcheck disable=SC2086
-        "$LLAMA_BENCH" -m "$m.gguf" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" $LDEV ${LLAMA_ARGS:-} -o json \
+        "$LLAMA_BENCH" -m "$m.gguf" -p "$P" -n "$N" $DARG -r "$REPS" -t "$THREADS" $LDEV ${LLAMA_ARGS:-} -o json \
             > "$OUT/r$r-$shape-llama.json"
         if [ -n "${TRANSFORMERS:-}" ]; then
             "$PY" tools/bench_transformers.py "$m" -p "$P" -n "$N" -r "$REPS" > "$OUT/r$r-$shape-hf.json"
         fi
         for q in ${GQUANTS:-}; do
             # shellcheck disable=SC2086
-            "$BIN" bench --model "$DIR/$shape-mlx-$q" -p "$P" -n "$N" -r "$REPS" --threads "$THREADS" --format json \
+            "$BIN" bench --model "$DIR/$shape-mlx-$q" -p "$P" -n "$N" $DARG -r "$REPS" --threads "$THREADS" --format json \
                 ${GENPARITY_ARGS:-} > "$OUT/r$r-$shape-gpq-$q.json"
         done
         for q in ${QUANTS:-}; do
             # shellcheck disable=SC2086
-            "$LLAMA_BENCH" -m "$m-$q.gguf" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" $LDEV ${LLAMA_ARGS:-} -o json \
+            "$LLAMA_BENCH" -m "$m-$q.gguf" -p "$P" -n "$N" $DARG -r "$REPS" -t "$THREADS" $LDEV ${LLAMA_ARGS:-} -o json \
                 > "$OUT/r$r-$shape-llama-$q.json"
         done
         echo "$r $shape $load0 $(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/loads.txt"
@@ -80,8 +88,8 @@ while [ "$r" -le "$ROUNDS" ]; do
     r=$((r + 1))
 done
 
-"$PY" - "$OUT" "$BIN bench --model M -p $P -n $N -r $REPS --threads $THREADS --format json $GDEV ${GENPARITY_ARGS:-}" \
-    "$LLAMA_BENCH -m M.gguf -p $P -n $N -r $REPS -t $THREADS $LDEV ${LLAMA_ARGS:-} -o json" <<'EOF' | tee build/compare.md
+"$PY" - "$OUT" "$BIN bench --model M -p $P -n $N $DARG -r $REPS --threads $THREADS --format json $GDEV ${GENPARITY_ARGS:-}" \
+    "$LLAMA_BENCH -m M.gguf -p $P -n $N $DARG -r $REPS -t $THREADS $LDEV ${LLAMA_ARGS:-} -o json" <<'EOF' | tee build/compare.md
 import json, os, statistics, sys, time
 out, gcmd, lcmd = sys.argv[1:4]
 loads = {}

@@ -1,6 +1,7 @@
 /* cmd_bench.c — `genparity bench`: llama-bench's method on one or more model folders.  Per model: one warm-up; pp =
  * one prefill of p random ids into an empty cache; tg = n single-token decodes from an empty cache; each repeated r
- * times, reported as mean ± sd of tokens/s; tokenizer and sampling are not timed.  The same run measures the
+ * times, reported as mean ± sd of tokens/s; tokenizer and sampling are not timed.  -d D (llama-bench's depth): each
+ * repetition of either test first prefills D random ids, not timed, so it runs on a cache holding D tokens.  The same run measures the
  * machine's read bandwidth (threaded sum over a 1 GiB buffer, best of several passes; with --device cuda the GPU's
  * copy bandwidth, gp_device_copy_bandwidth) and reports for tg bandwidth_utilization = weight bytes read per token
  * × tokens/s ÷ bandwidth.  Prints a Markdown table (one row per model) or JSON. */
@@ -22,12 +23,14 @@ static double now(void) {
 }
 
 static void help(FILE *f) {
-    fprintf(f, "usage: genparity bench --model DIR [--model DIR ...] [-p 512] [-n 128] [-r 5] [--threads T]\n"
+    fprintf(f, "usage: genparity bench --model DIR [--model DIR ...] [-p 512] [-n 128] [-d 0] [-r 5] [--threads T]\n"
                "                       [--device cpu|cuda] [--format md|json]\n"
                "\n"
                "  --model DIR     model folder (repeat for one table row per model)\n"
                "  -p N            prompt tokens of the prefill test (default 512; 0 skips it)\n"
                "  -n N            tokens of the decode test (default 128; 0 skips it)\n"
+               "  -d D            depth: both tests run on a cache already holding D tokens (prefilled before each\n"
+               "                  repetition, not timed; default 0)\n"
                "  -r N            repetitions (default 5)\n"
                "  --threads T     worker threads (default: all CPUs)\n"
                "  --format F      md (default) or json\n"
@@ -154,7 +157,7 @@ static int parse_pos(const char *flag, const char *v, int lo, int *out) {
 }
 
 /* Runs one model; fills *r.  Returns 0, or 1 after printing the library's message. */
-static int bench_model(const char *dir, int p, int n, int reps, int threads, int device, double bw, row *r) {
+static int bench_model(const char *dir, int p, int n, int d, int reps, int threads, int device, double bw, row *r) {
     memset(r, 0, sizeof *r);
     r->dir = dir;
     reset_peak_rss();
@@ -171,7 +174,8 @@ static int bench_model(const char *dir, int p, int n, int reps, int threads, int
     cp.n_threads = threads;
     cp.device = device;
     cp.compute = bench_compute;
-    cp.n_ctx = (p > n ? p : n) + 1;
+    const int len = d + (p > n ? p : n); /* ids: the depth's, then the test's */
+    cp.n_ctx = len + 1;
     if (p > 0) cp.prefill_chunk = p;
     gp_ctx *c = NULL;
     if (gp_ctx_init(m, &cp, &c) != GP_OK) {
@@ -179,7 +183,7 @@ static int bench_model(const char *dir, int p, int n, int reps, int threads, int
         return cli_fail("creating the context");
     }
     const int32_t V = gp_model_n_vocab(m);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(p > n ? p : n) + 4);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)len + 4);
     float *logits = gp_ctx_logits_buffer(c); /* the context's (pinned on a GPU), as llama-bench reads llama's own */
     double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
     int rc = 0;
@@ -189,7 +193,7 @@ static int bench_model(const char *dir, int p, int n, int reps, int threads, int
         goto done;
     }
     uint64_t s = 42;
-    for (int i = 0; i < (p > n ? p : n); i++) {
+    for (int i = 0; i < len; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         ids[i] = (int32_t)((s >> 33) % (uint64_t)V);
     }
@@ -201,15 +205,17 @@ static int bench_model(const char *dir, int p, int n, int reps, int threads, int
         if (gp_ctx_eval(c, ids + i, 1, NULL, logits) != GP_OK) goto fail;
     for (int k = 0; k < reps && p > 0; k++) {
         gp_ctx_reset(c);
+        if (d > 0 && gp_ctx_eval(c, ids, d, NULL, logits) != GP_OK) goto fail;
         double a = now();
-        if (gp_ctx_eval(c, ids, p, NULL, logits) != GP_OK) goto fail;
+        if (gp_ctx_eval(c, ids + d, p, NULL, logits) != GP_OK) goto fail;
         pp[k] = p / (now() - a);
     }
     for (int k = 0; k < reps && n > 0; k++) {
         gp_ctx_reset(c);
+        if (d > 0 && gp_ctx_eval(c, ids, d, NULL, logits) != GP_OK) goto fail;
         double a = now();
         for (int i = 0; i < n; i++)
-            if (gp_ctx_eval(c, ids + i, 1, NULL, logits) != GP_OK) goto fail;
+            if (gp_ctx_eval(c, ids + d + i, 1, NULL, logits) != GP_OK) goto fail;
         tg[k] = n / (now() - a);
     }
     r->pp = stats(pp, p > 0 ? reps : 0);
@@ -231,7 +237,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     const char *models[64];
-    int n_models = 0, p = 512, n = 128, reps = 5, threads = 0, bw_mib = 1024, bw_gbs = 0, device = GP_DEVICE_CPU;
+    int n_models = 0, p = 512, n = 128, d = 0, reps = 5, threads = 0, bw_mib = 1024, bw_gbs = 0, device = GP_DEVICE_CPU;
     const char *format = "md";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -251,6 +257,7 @@ int cmd_bench(int argc, char **argv) {
             models[n_models++] = v;
         } else if (!strcmp(a, "-p")) { if (parse_pos(a, v, 0, &p)) return 2; }
         else if (!strcmp(a, "-n")) { if (parse_pos(a, v, 0, &n)) return 2; }
+        else if (!strcmp(a, "-d")) { if (parse_pos(a, v, 0, &d)) return 2; }
         else if (!strcmp(a, "-r")) { if (parse_pos(a, v, 1, &reps)) return 2; }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (parse_pos(a, v, 0, &threads)) return 2; }
         else if (!strcmp(a, "--format")) format = v;
@@ -292,12 +299,12 @@ int cmd_bench(int argc, char **argv) {
     row rows[64];
     int rc = 0;
     for (int i = 0; i < n_models; i++)
-        if (bench_model(models[i], p, n, reps, threads, device, bw, &rows[i])) rc = 1;
+        if (bench_model(models[i], p, n, d, reps, threads, device, bw, &rows[i])) rc = 1;
     if (json) {
         printf("{\"device\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"compute\":\"%s\",\"bf16_dot\":%s,"
-               "\"read_bandwidth_gb_s\":%.2f,\"p\":%d,\"n\":%d,\"r\":%d,\"models\":[",
+               "\"read_bandwidth_gb_s\":%.2f,\"p\":%d,\"n\":%d,\"d\":%d,\"r\":%d,\"models\":[",
                cuda ? "cuda" : "cpu", threads, gp_cpu_simd(), bf16 ? "bf16" : "f32",
-               bf16 && !cuda && gp_cpu_bf16_dot() ? "true" : "false", bw / 1e9, p, n, reps);
+               bf16 && !cuda && gp_cpu_bf16_dot() ? "true" : "false", bw / 1e9, p, n, d, reps);
         for (int i = 0, first = 1; i < n_models; i++) {
             const row *r = &rows[i];
             if (!r->ok) continue;
@@ -312,14 +319,16 @@ int cmd_bench(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("device %s, threads %d, kernels %s, compute %s, %s bandwidth %.1f GB/s, p %d, n %d, r %d\n\n",
+        printf("device %s, threads %d, kernels %s, compute %s, %s bandwidth %.1f GB/s, p %d, n %d, d %d, r %d\n\n",
                cuda ? "cuda" : "cpu", threads, cuda ? "cuda" : gp_cpu_simd(),
                !bf16 ? "f32" : !cuda && gp_cpu_bf16_dot() ? "bf16 (vdpbf16ps)" : "bf16",
                bw_gbs ? "given" : cuda ? "measured device copy" : "measured read",
-               bw / 1e9, p, n, reps);
-        printf("| model | arch | weights GiB | load s | pp%d t/s | tg%d t/s | tg GB/token | tg bandwidth_utilization | "
+               bw / 1e9, p, n, d, reps);
+        char at[32] = ""; /* llama-bench's "pp512 @ d4096" */
+        if (d > 0) snprintf(at, sizeof at, " @ d%d", d);
+        printf("| model | arch | weights GiB | load s | pp%d%s t/s | tg%d%s t/s | tg GB/token | tg bandwidth_utilization | "
                "peak MiB |\n",
-               p, n);
+               p, at, n, at);
         printf("|---|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n_models; i++) {
             const row *r = &rows[i];

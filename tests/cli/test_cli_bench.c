@@ -1,5 +1,5 @@
 /* test_cli_bench.c — the contracts of `genparity make-model` (a folder that loads and runs, refused bad flags) and
- * `genparity bench` (its JSON fields, one row per model, refused bad flags).  Nothing here is timed. */
+ * `genparity bench` (its JSON fields, one row per model, the depth flag, refused bad flags).  Nothing here is timed. */
 #include "fixtures.h"
 #include "test.h"
 
@@ -114,4 +114,36 @@ TEST(cli_bench_json_has_one_row_per_model) {
     free(out);
     free(a);
     free(b);
+}
+
+/* -d D: the tests run on a cache holding D tokens (the JSON says d, the table's columns "@ dD"); a negative or
+ * non-numeric depth is refused. */
+TEST(cli_bench_depth) {
+    char *a = gp_test_fixture("models/tiny-llama");
+    if (!a) return;
+    char cmd[4096], *out;
+    snprintf(cmd, sizeof cmd, "%s bench --model %s -p 4 -n 3 -d 6 -r 1 --threads 2 --format json --bandwidth-mib 8",
+             bin(), a);
+    CHECK_EQ_INT(run(cmd, &out), 0);
+    cJSON *j = out ? cJSON_Parse(out) : NULL;
+    CHECK(j != NULL);
+    if (j) {
+        CHECK_EQ_INT(cJSON_GetObjectItem(j, "d")->valueint, 6);
+        const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "models"), 0);
+        CHECK(m && cJSON_GetObjectItem(m, "pp_tokens_per_s")->valuedouble > 0);
+        CHECK(m && cJSON_GetObjectItem(m, "tg_tokens_per_s")->valuedouble > 0);
+        cJSON_Delete(j);
+    } else if (out) NOTE("output: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s bench --model %s -p 4 -n 3 -d 6 -r 1 --threads 2 --bandwidth-mib 8", bin(), a);
+    CHECK_EQ_INT(run(cmd, &out), 0);
+    CHECK(out && strstr(out, "pp4 @ d6 t/s") && strstr(out, "tg3 @ d6 t/s"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s bench --model %s -d -1", bin(), a);
+    CHECK_EQ_INT(run(cmd, &out), 2);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s bench --model %s -d deep", bin(), a);
+    CHECK_EQ_INT(run(cmd, &out), 2);
+    free(out);
+    free(a);
 }
