@@ -342,13 +342,15 @@ TEST(cuda_backend_kv_quantizer_gives_the_cpu_bits) {
     free(k), free(v);
 }
 
-/* Attention of n queries at positions 300.. over float rows of positions [0, 250), 8-bit rows of [250, 300) and the
- * chunk's staged float rows (window > 0: a sliding window with 4 pinned positions), heads of hd elements; bits == 0:
- * a float32 cache (every row float) and bf16 values (the bf16 mode's tensor-core path).  Returns out [n, nh, hd]
- * (caller frees); one_by_one: a call per query. */
+/* Attention of n queries at positions held.. over float rows of positions [0, held - 50), 8-bit rows of [held - 50,
+ * held) and the chunk's staged float rows (window > 0: a sliding window with 4 pinned positions), heads of hd
+ * elements; bits == 0: a float32 cache (every row float) and bf16 values (the bf16 mode's tensor-core path).  Returns
+ * out [n, nh, hd] (caller frees); one_by_one: a call per query (decode: 300 held keys are 5 splits, a cluster; 700
+ * are 11, folded by the last block of each kv head). */
 static float *run_attention(int b, int32_t n, int32_t window, float softcap, int one_by_one, int32_t compute,
-                            int32_t bits, int32_t hd) {
-    enum { NH = 8, NKV = 2, CAP = 300, POS0 = 300 };
+                            int32_t bits, int32_t hd, int32_t held) {
+    enum { NH = 8, NKV = 2 };
+    const int32_t CAP = held, POS0 = held, F = held - 50; /* F: the float rows */
     const int32_t kvd = NKV * hd;
     gp_backend *be = g_be[b];
     gp_ws *ws = mk_ws(be, compute, n, POS0 + n, hd, NH, 0);
@@ -359,11 +361,11 @@ static float *run_attention(int b, int32_t n, int32_t window, float softcap, int
     if (!bits) bf16_round(k, (size_t)(CAP + n) * kvd), bf16_round(v, (size_t)(CAP + n) * kvd),
         bf16_round(q, (size_t)n * NH * hd);
     float *dk = bu_dev_from(be, k, (size_t)(CAP + n) * kvd), *dv = bu_dev_from(be, v, (size_t)(CAP + n) * kvd);
-    be->ops->kv_store(ws, &ck, &cv, 0, dk, dv, 250, 0);
-    be->ops->kv_store(ws, &ck, &cv, 250, dk + 250 * kvd, dv + 250 * kvd, 50, bits != 0);
+    be->ops->kv_store(ws, &ck, &cv, 0, dk, dv, F, 0);
+    be->ops->kv_store(ws, &ck, &cv, F, dk + F * kvd, dv + F * kvd, 50, bits != 0);
     gp_kv_desc d = {.k = {ck, sk}, .v = {cv, sv}, .window = window, .pinned = window ? 4 : 0};
     d.k[1].f = dk + CAP * kvd, d.v[1].f = dv + CAP * kvd; /* the chunk's float rows, read in place */
-    const gp_kv_seg segs[] = {{0, 250, 0, 0, 0}, {250, 300, 250, 0, bits != 0}, {300, 300 + n, 0, 1, 0}};
+    const gp_kv_seg segs[] = {{0, F, 0, 0, 0}, {F, CAP, F, 0, bits != 0}, {CAP, CAP + n, 0, 1, 0}};
     memcpy(d.seg, segs, sizeof segs);
     d.n_seg = 3;
     float *dq = bu_dev_from(be, q, (size_t)n * NH * hd);
@@ -391,19 +393,19 @@ TEST(cuda_backend_attention_matches_cpu_and_is_chunk_invariant) {
     const int32_t hds[] = {64, 128, 256, 96}; /* 32 NE (decode's plain kernels in the float32 mode) and not */
     double worst = 0;
     int same = 1;
-    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+    for (size_t k = 0; k < 2 * sizeof hds / sizeof hds[0]; k++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            const int32_t n = cases[i].n, hd = hds[h];
-            float *c = run_attention(0, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8, hd);
-            float *g = run_attention(1, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8, hd);
-            float *g1 = run_attention(1, n, cases[i].window, cases[i].softcap, 1, GP_COMPUTE_F32, 8, hd);
+            const int32_t n = cases[i].n, hd = hds[k % 4], held = k < 4 ? 300 : 700;
+            float *c = run_attention(0, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8, hd, held);
+            float *g = run_attention(1, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8, hd, held);
+            float *g1 = run_attention(1, n, cases[i].window, cases[i].softcap, 1, GP_COMPUTE_F32, 8, hd, held);
             const double e = max_rel(g, c, (size_t)n * 8 * hd);
             worst = e > worst ? e : worst;
             same &= !memcmp(g, g1, (size_t)n * 8 * hd * 4);
             free(c), free(g), free(g1);
         }
-    NOTE("attention cuda vs cpu (300 held keys in 5 splits, float + 8-bit rows, staged chunk, window + pinned, "
-         "soft-cap; head_dim 64, 128, 256, 96): max rel err %.3g (tol 1e-5); a query alone %s", worst,
+    NOTE("attention cuda vs cpu (300 and 700 held keys: 5 and 11 splits, float + 8-bit rows, staged chunk, window + "
+         "pinned, soft-cap; head_dim 64, 128, 256, 96): max rel err %.3g (tol 1e-5); a query alone %s", worst,
          same ? "gives its bits inside the block" : "DIFFERS");
     CHECK(worst < 1e-5);
     CHECK(same);
@@ -513,15 +515,17 @@ TEST(cuda_backend_bf16_mode_matches_the_cpu_bf16_mode) {
     CHECK(differ * 100 <= total);
     /* attention follows sdpa in this mode (not the CPU's eager softmax): close, not equal; over a float32 cache on
      * tensor cores, with and without a sliding window */
-    for (int i = 0; i < 4; i++) { /* (head_dim 128 too: decode's plain tensor-core kernels take 64 and 128) */
-        const int32_t bits = i == 0 ? 8 : 0, window = i == 2 ? 120 : 0, hd = i == 3 ? 128 : 64;
-        float *ac = run_attention(0, 5, window, 0, 0, GP_COMPUTE_BF16, bits, hd);
-        float *ag = run_attention(1, 5, window, 0, 0, GP_COMPUTE_BF16, bits, hd);
-        float *ag1 = run_attention(1, 5, window, 0, 1, GP_COMPUTE_BF16, bits, hd);
+    for (int i = 0; i < 6; i++) { /* (head_dim 128 too: decode's plain tensor-core kernels take 64 and 128) */
+        const int32_t bits = i == 0 ? 8 : 0, window = i == 2 ? 120 : 0, hd = i == 3 || i == 5 ? 128 : 64;
+        const int32_t held = i >= 4 ? 700 : 300; /* (decode in 11 splits: the last block's fold) */
+        float *ac = run_attention(0, 5, window, 0, 0, GP_COMPUTE_BF16, bits, hd, held);
+        float *ag = run_attention(1, 5, window, 0, 0, GP_COMPUTE_BF16, bits, hd, held);
+        float *ag1 = run_attention(1, 5, window, 0, 1, GP_COMPUTE_BF16, bits, hd, held);
         const double e = max_rel(ag, ac, (size_t)5 * 8 * hd);
-        NOTE("bf16 attention (sdpa's flash softmax; %s, window %d, head_dim %d) vs the cpu's eager bf16: max rel err "
-             "%.3g (tol 3e-2); a query alone %s", bits ? "8-bit rows, float32 sums" : "float32 cache, tensor cores",
-             window, hd, e, memcmp(ag, ag1, (size_t)5 * 8 * hd * 4) ? "DIFFERS" : "gives its bits inside the block");
+        NOTE("bf16 attention (sdpa's flash softmax; %s, window %d, head_dim %d, %d held keys) vs the cpu's eager bf16: "
+             "max rel err %.3g (tol 3e-2); a query alone %s", bits ? "8-bit rows, float32 sums" : "float32 cache, "
+             "tensor cores", window, hd, held, e,
+             memcmp(ag, ag1, (size_t)5 * 8 * hd * 4) ? "DIFFERS" : "gives its bits inside the block");
         CHECK(e < 3e-2);
         CHECK(!memcmp(ag, ag1, (size_t)5 * 8 * hd * 4));
         free(ac), free(ag), free(ag1);

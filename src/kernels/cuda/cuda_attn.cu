@@ -35,9 +35,9 @@
 #ifdef GP_CU_TRACE
 #include <stdio.h>
 /* Diagnostic builds only: block (0, 0)'s thread 0 of each decode attention stores the SM clock at the points
- * attn_stamp(k) names (10 a launch, slot 9 the splits), written to $GP_CU_TRACE_FILE.attn at exit (the means:
+ * attn_stamp(k) names (12 a launch, slot 11 the splits), written to $GP_CU_TRACE_FILE.attn at exit (the means:
  * tools/cuda_attn_stamps.py). */
-#define ATTN_STAMPS 10
+#define ATTN_STAMPS 12
 #define ATTN_STAMP_CAP (1u << 16)
 static __device__ unsigned long long g_attn_stamp[ATTN_STAMP_CAP * ATTN_STAMPS];
 static __device__ unsigned g_attn_n;
@@ -72,7 +72,7 @@ __device__ __forceinline__ void attn_stamp(int k) {
     if (k == 0) *rec = atomicAdd(&g_attn_n, 1u);
     if (*rec >= ATTN_STAMP_CAP) return;
     g_attn_stamp[(size_t)*rec * ATTN_STAMPS + k] = clock64();
-    if (k == 0) g_attn_stamp[(size_t)*rec * ATTN_STAMPS + 9] = gridDim.x;
+    if (k == 0) g_attn_stamp[(size_t)*rec * ATTN_STAMPS + ATTN_STAMPS - 1] = gridDim.x;
 }
 #else
 __device__ __forceinline__ void attn_stamp(int) {}
@@ -979,11 +979,14 @@ __device__ __forceinline__ void fold_cluster(const gp_cu_attn &a, const attn_pla
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync(); /* every block's partials written and visible to the cluster */
+    attn_stamp(8);
     const int warp = threadIdx.x >> 5;
     if (blockIdx.x == 0 && warp < pl.G)
         fold_parts_by<NE>(CL, a.head_dim, a.out + (size_t)(kvh * pl.G + warp) * a.head_dim, pl.bf,
                       [&](int32_t r, int32_t i) { return cluster.map_shared_rank(ps + warp * stride, (int)r)[i]; });
+    attn_stamp(9);
     cluster.sync(); /* no block leaves (its shared memory) before block 0 has read it */
+    attn_stamp(10);
 }
 
 /* Decode's split on tensor cores for the G heads' rows (queries qsm [G][hd]; rows past G see nothing), over the
