@@ -29,18 +29,25 @@ static int run(const char *cmd, char **out) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The exit code of a shell command whose output is not read. */
+static int exit_of(const char *cmd) {
+    char *out;
+    const int rc = run(cmd, &out);
+    free(out);
+    return rc;
+}
+
 static const char *bin(void) {
     const char *b = getenv("GENPARITY_BIN");
     return b && *b ? b : "build/genparity";
 }
 
 TEST(cli_make_model_writes_a_loadable_folder) {
-    char *dir = gp_test_tmpdir(), cmd[2048], *out;
+    char *dir = gp_test_tmpdir(), cmd[2048];
     char path[1024];
     snprintf(path, sizeof path, "%s/stories", dir);
     snprintf(cmd, sizeof cmd, "%s make-model --shape stories110m --dtype f16 --layers 1 -o %s", bin(), path);
-    CHECK_EQ_INT(run(cmd, &out), 0);
-    free(out);
+    CHECK_EQ_INT(exit_of(cmd), 0);
     gp_model_params mp = gp_model_default_params();
     mp.load_tokenizer = 0;
     gp_model *m = NULL;
@@ -65,14 +72,11 @@ TEST(cli_make_model_writes_a_loadable_folder) {
     gp_model_free(m);
     /* bad invocations exit 2 */
     snprintf(cmd, sizeof cmd, "%s make-model --shape gpt5 -o %s/x", bin(), dir);
-    CHECK_EQ_INT(run(cmd, &out), 2);
-    free(out);
+    CHECK_EQ_INT(exit_of(cmd), 2);
     snprintf(cmd, sizeof cmd, "%s make-model --shape qwen3-0.6b --dtype int4 -o %s/x", bin(), dir);
-    CHECK_EQ_INT(run(cmd, &out), 2);
-    free(out);
+    CHECK_EQ_INT(exit_of(cmd), 2);
     snprintf(cmd, sizeof cmd, "%s make-model --shape qwen3-0.6b", bin());
-    CHECK_EQ_INT(run(cmd, &out), 2);
-    free(out);
+    CHECK_EQ_INT(exit_of(cmd), 2);
     free(dir);
 }
 
@@ -107,11 +111,9 @@ TEST(cli_bench_json_has_one_row_per_model) {
     } else if (out) NOTE("output: %s", out);
     free(out);
     snprintf(cmd, sizeof cmd, "%s bench -p 8", bin());
-    CHECK_EQ_INT(run(cmd, &out), 2);
-    free(out);
+    CHECK_EQ_INT(exit_of(cmd), 2);
     snprintf(cmd, sizeof cmd, "%s bench --model %s -r 0", bin(), a);
-    CHECK_EQ_INT(run(cmd, &out), 2);
-    free(out);
+    CHECK_EQ_INT(exit_of(cmd), 2);
     free(a);
     free(b);
 }
@@ -140,10 +142,8 @@ TEST(cli_bench_depth) {
     CHECK(out && strstr(out, "pp4 @ d6 t/s") && strstr(out, "tg3 @ d6 t/s"));
     free(out);
     snprintf(cmd, sizeof cmd, "%s bench --model %s -d -1", bin(), a);
-    CHECK_EQ_INT(run(cmd, &out), 2);
-    free(out);
+    CHECK_EQ_INT(exit_of(cmd), 2);
     snprintf(cmd, sizeof cmd, "%s bench --model %s -d deep", bin(), a);
-    CHECK_EQ_INT(run(cmd, &out), 2);
-    free(out);
+    CHECK_EQ_INT(exit_of(cmd), 2);
     free(a);
 }
