@@ -75,21 +75,22 @@ while [ "$r" -le "$ROUNDS" ]; do
         fi
         for q in ${GQUANTS:-}; do
             # shellcheck disable=SC2086
-            "$BIN" bench --model "$DIR/$shape-mlx-$q" -p "$P" -n "$N" $DARG -r "$REPS" --threads "$THREADS" --format json \
-                ${GENPARITY_ARGS:-} > "$OUT/r$r-$shape-gpq-$q.json"
+            "$BIN" bench --model "$DIR/$shape-mlx-$q" -p "$P" -n "$N" $DARG -r "$REPS" --threads "$THREADS" \
+                --format json ${GENPARITY_ARGS:-} > "$OUT/r$r-$shape-gpq-$q.json"
         done
         for q in ${QUANTS:-}; do
             # shellcheck disable=SC2086
-            "$LLAMA_BENCH" -m "$m-$q.gguf" -p "$P" -n "$N" $DARG -r "$REPS" -t "$THREADS" $LDEV ${LLAMA_ARGS:-} -o json \
-                > "$OUT/r$r-$shape-llama-$q.json"
+            "$LLAMA_BENCH" -m "$m-$q.gguf" -p "$P" -n "$N" $DARG -r "$REPS" -t "$THREADS" $LDEV ${LLAMA_ARGS:-} \
+                -o json > "$OUT/r$r-$shape-llama-$q.json"
         done
         echo "$r $shape $load0 $(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/loads.txt"
     done
     r=$((r + 1))
 done
 
-"$PY" - "$OUT" "$BIN bench --model M -p $P -n $N $DARG -r $REPS --threads $THREADS --format json $GDEV ${GENPARITY_ARGS:-}" \
-    "$LLAMA_BENCH -m M.gguf -p $P -n $N $DARG -r $REPS -t $THREADS $LDEV ${LLAMA_ARGS:-} -o json" <<'EOF' | tee build/compare.md
+GCMD="$BIN bench --model M -p $P -n $N $DARG -r $REPS --threads $THREADS --format json $GDEV ${GENPARITY_ARGS:-}"
+LCMD="$LLAMA_BENCH -m M.gguf -p $P -n $N $DARG -r $REPS -t $THREADS $LDEV ${LLAMA_ARGS:-} -o json"
+"$PY" - "$OUT" "$GCMD" "$LCMD" <<'EOF' | tee build/compare.md
 import json, os, statistics, sys, time
 out, gcmd, lcmd = sys.argv[1:4]
 loads = {}

@@ -1,10 +1,10 @@
 /* cmd_bench.c — `genparity bench`: llama-bench's method on one or more model folders.  Per model: one warm-up; pp =
  * one prefill of p random ids into an empty cache; tg = n single-token decodes from an empty cache; each repeated r
  * times, reported as mean ± sd of tokens/s; tokenizer and sampling are not timed.  -d D (llama-bench's depth): each
- * repetition of either test first prefills D random ids, not timed, so it runs on a cache holding D tokens.  The same run measures the
- * machine's read bandwidth (threaded sum over a 1 GiB buffer, best of several passes; with --device cuda the GPU's
- * copy bandwidth, gp_device_copy_bandwidth) and reports for tg bandwidth_utilization = weight bytes read per token
- * × tokens/s ÷ bandwidth.  Prints a Markdown table (one row per model) or JSON. */
+ * repetition of either test first prefills D random ids, not timed, so it runs on a cache holding D tokens.  The
+ * same run measures the machine's read bandwidth (threaded sum over a 1 GiB buffer, best of several passes; with
+ * --device cuda the GPU's copy bandwidth, gp_device_copy_bandwidth) and reports for tg bandwidth_utilization =
+ * weight bytes read per token × tokens/s ÷ bandwidth.  Prints a Markdown table (one row per model) or JSON. */
 #include "cli.h"
 
 #include <math.h>
@@ -326,8 +326,8 @@ int cmd_bench(int argc, char **argv) {
                bw / 1e9, p, n, d, reps);
         char at[32] = ""; /* llama-bench's "pp512 @ d4096" */
         if (d > 0) snprintf(at, sizeof at, " @ d%d", d);
-        printf("| model | arch | weights GiB | load s | pp%d%s t/s | tg%d%s t/s | tg GB/token | tg bandwidth_utilization | "
-               "peak MiB |\n",
+        printf("| model | arch | weights GiB | load s | pp%d%s t/s | tg%d%s t/s | tg GB/token | "
+               "tg bandwidth_utilization | peak MiB |\n",
                p, at, n, at);
         printf("|---|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n_models; i++) {

@@ -3,7 +3,8 @@
 
 A GP_CU_TRACE build (tools/cuda_timeline.py says how to make one) also writes $GP_CU_TRACE_FILE.attn: for each decode
 attention launch, block (0, 0)'s SM clock at eleven points of split_decode (cuda_attn.cu, attn_stamp; the last
-two in the cluster kernel's fold) and its split count.  Prints the mean cycles between the points by split count (the first third of the launches left out):
+two in the cluster kernel's fold) and its split count.  Prints the mean cycles between the points by split count
+(the first third of the launches left out):
     python3 tools/cuda_attn_stamps.py t.txt.attn"""
 import collections
 import sys
