@@ -97,10 +97,14 @@ test-cuda: cuda
 	    GP_CU_WG_WHOLE=1 GP_CU_TMA=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    for k in 2 4; do GP_CU_ATTN_K=$$k ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    GP_CU_ATTN_PLAIN=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
+	    for p in 1 0; do \
+	        GP_CU_ATTN_LOOP_BLOCKS=3 GP_CU_ATTN_PLAIN=$$p ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    for w in 0 1; do GP_CU_ATTN_WIDE=$$w ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    GP_CU_ATTN_PRE=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GP_CU_WG_FULL=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests $(CUDA_SUITES); \
+	    GP_CU_ATTN_LOOP_BLOCKS=1 GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity \
+	        ./build-cuda/run_tests generate_parity bf16_mode invariance cuda_decode_graph; \
 	else echo "test-cuda: no usable CUDA device: the suites' GPU pass is skipped"; fi
 
 $(BUILD)/libgenparity.a: $(LIB_OBJ)

@@ -346,7 +346,8 @@ TEST(cuda_backend_kv_quantizer_gives_the_cpu_bits) {
  * held) and the chunk's staged float rows (window > 0: a sliding window with 4 pinned positions), heads of hd
  * elements; bits == 0: a float32 cache (every row float) and bf16 values (the bf16 mode's tensor-core path).  Returns
  * out [n, nh, hd] (caller frees); one_by_one: a call per query (decode: 300 held keys are 5 splits, a cluster; 700
- * are 11, folded by the last block of each kv head). */
+ * are 11, folded by the last block of each kv head; `make test-cuda` also runs them with GP_CU_ATTN_LOOP_BLOCKS=3,
+ * blocks that take several splits each, and the clusters' splits that way). */
 static float *run_attention(int b, int32_t n, int32_t window, float softcap, int one_by_one, int32_t compute,
                             int32_t bits, int32_t hd, int32_t held) {
     enum { NH = 8, NKV = 2 };

@@ -31,6 +31,15 @@
 
 #define SPLIT GP_CU_ATTN_SPLIT
 #define MAX_NE 8 /* output elements per lane: head_dim <= 256 */
+/* decode's split kernels of 8 warps: blocks a multiprocessor holds (up to 128 registers a thread, 77 KB of shared
+ * memory a block), and the blocks of a call past which each block takes several splits (attn_decode) */
+#define ATTN_BLOCKS_PER_SM 2
+/* whether a decode split kernel takes several splits a block: the float32 paths of 8 warps and the plain tensor-core
+ * path over heads of 64 (Llama-3.2-1B at 8,192 held tokens 4-6% faster on the H100); not that path over heads of 128
+ * (with the loop it took 180 registers, a fifth slower at 2,048; held to 128 it spilled and was level to 8% slower:
+ * BENCHMARKS.md), nor the 1,024-thread blocks (more than 8 heads a group) and the general tensor-core kernels (heads
+ * other than 64 and 128), which no benchmark here runs */
+#define ATTN_LOOP(STAGE_BATCH, NE, MMA, PLAIN) ((STAGE_BATCH) > 1 && (!(MMA) || ((PLAIN) && (NE) == 2)))
 
 #ifdef GP_CU_TRACE
 #include <stdio.h>
@@ -455,19 +464,19 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
     fold_parts_by<NE>(ns, hd, out, bf, [&](int32_t b, int32_t i) { return __ldcg(part + (size_t)b * (hd + 2) + i); });
 }
 
-/* Decode's jobs before its split, a warp a job: the group's queries w < G copied to qsm [G][hd] and, in the block
- * of the split holding p with the rope inside, the new key (job G), each rotated after its norm (qn, kn: norm_in's
- * float32 copies), the key stored with its value rv at kf, vf (row r0 of the cache's float rows) and ks, vs (the
- * staged row of its position, which stage_split skipped).  One call site of the rope for both: the code is fetched
+/* Decode's jobs before its first split (keys j0 ..), a warp a job: the group's queries w < G copied to qsm [G][hd]
+ * and, where that split holds p with the rope inside, the new key (job G), each rotated after its norm (qn, kn:
+ * norm_in's float32 copies), the key stored with its value rv at kf, vf (row r0 of the cache's float rows) and ks, vs
+ * (the staged row of its position, which stage_split skipped).  One call site of the rope for both: the code is fetched
  * cold every launch, so the jobs share what one of them fetches (BENCHMARKS.md).  PLAIN (hd = 32 NE): lane l holds
  * elements l + 32 j in registers from the loads to the stores (rope_head_regs: rope_head_warp's bits without its
  * round trips through shared memory after the wait; Qwen3-0.6B's jobs 2,420 -> 1,756 cycles); else through qsm. */
 template <int NE, bool PLAIN>
 __device__ __forceinline__ void decode_jobs(const gp_cu_attn &a, const attn_plan &pl, const attn_desc_sm &d,
-                                            float *qsm, float *ks, float *vs, const float2 *cs, const gp_cu_wt &qn,
-                                            const gp_cu_wt &kn) {
+                                            int32_t j0, float *qsm, float *ks, float *vs, const float2 *cs,
+                                            const gp_cu_wt &qn, const gp_cu_wt &kn) {
     const int lane = threadIdx.x & 31, hd = a.head_dim;
-    const int32_t kvh = blockIdx.y, p = d.pos0, j0 = split_id(d, blockIdx.x) * SPLIT;
+    const int32_t kvh = blockIdx.y, p = d.pos0;
     const bool early = a.rk != NULL;
     const int32_t jobs = pl.G + (early && j0 <= p && p < j0 + SPLIT);
     for (int32_t w = threadIdx.x >> 5; w < jobs; w += blockDim.x >> 5) {
@@ -952,15 +961,16 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
             finish_frag<4 * NE / K>(a.out + ((size_t)t[r] * a.n_heads + h[r]) * hd, hd, L[r], O[r], pl.bf, q, K);
 }
 
-/* After this block's partials are written to part: the last block of kv head kvh to finish (a ticket: which block
- * folds varies, the fold's order does not) folds every head's ns partials in order, a warp a head. */
+/* After this block's partials are written to part: the last of kv head kvh's nb blocks to finish (a ticket: which
+ * block folds varies, the fold's order does not) folds every head's ns partials in order, a warp a head. */
 template <int NE>
-__device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_plan &pl, int32_t kvh, int32_t ns) {
+__device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_plan &pl, int32_t kvh, int32_t nb,
+                                             int32_t ns) {
     __shared__ int last;
     /* the ticket: a release of the block's partials (the barrier orders them before it) and, for the last block, an
      * acquire of the others' (instead of a full fence, __threadfence, then a relaxed atomicAdd) */
     __syncthreads();
-    if (threadIdx.x == 0) last = ticket_acq_rel(a.count + kvh) == (uint32_t)ns - 1;
+    if (threadIdx.x == 0) last = ticket_acq_rel(a.count + kvh) == (uint32_t)nb - 1;
     __syncthreads();
     if (!last) return;
     if (threadIdx.x == 0) a.count[kvh] = 0; /* for the next call (which starts after this kernel has finished) */
@@ -992,11 +1002,11 @@ __device__ __forceinline__ void fold_cluster(const gp_cu_attn &a, const attn_pla
 /* Decode's split on tensor cores for the G heads' rows (queries qsm [G][hd]; rows past G see nothing), over the
  * block's 8 warps: warp w the scores of key tile w (to shared memory), then every warp the softmax (the same
  * arithmetic in each) and the value tiles w, w + 8 (the columns 8 w .., 64 + 8 w ..); then as split_decode: folded
- * in registers when it is the only split, else partials to the cluster or to part. */
+ * in registers when it is the only split, else partials to the cluster or to part (as split idx of the call). */
 template <int NE, int CL>
 __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan &pl, const float *qsm, const float *ks,
                                            const float *vs, const uint8_t *held, int32_t j0, int32_t p, int32_t kvh,
-                                           int32_t ns) {
+                                           int32_t ns, int32_t idx) {
     constexpr int NT = NE / 2; /* value tiles a warp (4 NE of them, 8 warps) */
     __shared__ float4 sc[8][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = a.head_dim;
@@ -1045,16 +1055,16 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
 #pragma unroll
         for (int r = 0; r < 2; r++)
             if (row[r] < pl.G)
-                put_frag<NT>(a.part + ((size_t)(kvh * pl.G + row[r]) * ns + blockIdx.x) * (hd + 2), seen[r], m[r],
-                             l[r], acc[r], hd, warp, 8);
-        fold_if_last<NE>(a, pl, kvh, ns);
+                put_frag<NT>(a.part + ((size_t)(kvh * pl.G + row[r]) * ns + idx) * (hd + 2), seen[r], m[r], l[r],
+                             acc[r], hd, warp, 8);
     }
 }
 
-/* Decode: grid (splits of the call, kv heads); warp w < G = query head kvh * G + w; the per-step values from var
+/* Decode: grid (blocks of a kv head, kv heads); warp w < G = query head kvh * G + w; the per-step values from var
  * when it is given (a recorded step), else from a and pl.  A single split is folded in registers.  CL = 0: each
- * block writes its split's partial (m, l, acc [hd]) of every head of the group to part[(h, b)], and the last block
- * of the kv head to finish (a ticket: which block folds varies, the fold's order does not) folds them in order.
+ * block writes each of its splits' partials (m, l, acc [hd]) of every head of the group to part[(h, split)], and the
+ * last block of the kv head to finish (a ticket: which block folds varies, the fold's order does not) folds them in
+ * order: the same partials and fold whichever block computes a split.
  * CL > 0 (attn_cluster_kernel: the kv head's splits are one thread-block cluster of CL blocks, those past the
  * call's splits seeing no key): the partials stay in shared memory and block 0 folds them through distributed
  * shared memory, with the same loads and arithmetic. */
@@ -1063,7 +1073,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] (, the new key [hd]) */
     __shared__ attn_desc_sm d;
     __shared__ uint8_t held[SPLIT];
-    const int32_t b = blockIdx.x, kvh = blockIdx.y, hd = a.head_dim, ns = gridDim.x;
+    const int32_t nb = gridDim.x, kvh = blockIdx.y, hd = a.head_dim;
     const int warp = threadIdx.x >> 5;
     const bool head = warp < pl.G; /* warps past the group's heads only stage */
     const int32_t h = kvh * pl.G + warp;
@@ -1075,48 +1085,63 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     const gp_cu_wt qn = norm_in(a.qn, nw[0], a.rk ? hd : 0), kn = norm_in(a.kn, nw[1], a.rk ? hd : 0);
     __syncthreads();
     attn_stamp(1);
-    const int32_t p = d.pos0, j0 = split_id(d, b) * SPLIT;
-    /* the rope inside (a.rk): its angles and the held rows, which are earlier steps', before the wait for the kernel
-     * that writes q, k, v; then every block rotates its heads' queries, the block of the split holding p the new
-     * key.  (One call site of stage_split: each one is a large share of the kernel's code.) */
+    /* LOOP (ATTN_LOOP): the call's ns splits (plan_of's) over the nb blocks of the kv head, block b taking the splits
+     * ns - 1 - b, ns - 1 - b - nb, ... in turn (nb < ns: attn_decode's choice; the split holding p first, so the
+     * block whose first split holds it stores the new key).  Else block b takes split b (a cluster's: of CL; the
+     * other kernels keep their registers and block order: BENCHMARKS.md). */
+    constexpr bool LOOP = CL == 0 && ATTN_LOOP(STAGE_BATCH, NE, MMA, PLAIN);
+    const int32_t p = d.pos0, ns = LOOP ? d.np + p / SPLIT - d.lo + 1 : nb;
+    const int32_t first = LOOP ? ns - 1 - (int32_t)blockIdx.x : (int32_t)blockIdx.x;
+    /* the rope inside (a.rk): its angles and the first split's held rows, which are earlier steps', before the wait
+     * for the kernel that writes q, k, v; then every block rotates its heads' queries, the block of the split
+     * holding p the new key.  (One call site of stage_split: each one is a large share of the kernel's code.) */
     const bool early = a.rk != NULL;
     if (early) rope_angles(cs, hd / 2, (float)p, a.inv_freq, pl.bf);
     if (!early) pdl_enter();
-    stage_split<STAGE_BATCH, MMA>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early ? p : -1);
-    attn_stamp(2);
-    if (early) __syncthreads(), pdl_enter(); /* (cs written) */
-    attn_stamp(3);
-    decode_jobs<NE, PLAIN>(a, pl, d, vs + SPLIT * pl.ld, ks, vs, cs, qn, kn);
-    attn_stamp(4);
-    __syncthreads();
-    attn_stamp(5);
-    if constexpr (MMA) {
-        decode_mma<NE, CL>(a, pl, vs + SPLIT * pl.ld, ks, vs, held, j0, p, kvh, ns);
-        return;
-    }
-    float m, l, acc[1][NE];
-    const int32_t pq = head ? p : -1;
-    int seen;
-    constexpr int PV = STAGE_BATCH == 1 ? 2 : NE <= 4 ? 8 : 4;
-    split_warp<1, NE, PV, PLAIN>(a, pl, &qs, ks, vs, held, j0, &pq, &seen, &m, &l, acc);
-    attn_stamp(7);
-    if (ns == 1) { /* the only split: folded in registers as the chunk kernel does, no partials */
-        float M = -INFINITY, L = 0.0f, O[NE];
+    for (int32_t idx = first;;) {
+        const int32_t j0 = split_id(d, idx) * SPLIT;
+        const bool at_first = !LOOP || idx == first;
+        stage_split<STAGE_BATCH, MMA>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early && at_first ? p : -1);
+        if (at_first) {
+            attn_stamp(2);
+            if (early) __syncthreads(), pdl_enter(); /* (cs written) */
+            attn_stamp(3);
+            decode_jobs<NE, PLAIN>(a, pl, d, j0, vs + SPLIT * pl.ld, ks, vs, cs, qn, kn);
+            attn_stamp(4);
+        }
+        __syncthreads();
+        attn_stamp(5);
+        if constexpr (MMA) {
+            decode_mma<NE, CL>(a, pl, vs + SPLIT * pl.ld, ks, vs, held, j0, p, kvh, ns, idx);
+            if (ns == 1 || CL > 0) return;
+        } else {
+            float m, l, acc[1][NE];
+            const int32_t pq = head ? p : -1;
+            int seen;
+            constexpr int PV = STAGE_BATCH == 1 ? 2 : NE <= 4 ? 8 : 4;
+            split_warp<1, NE, PV, PLAIN>(a, pl, &qs, ks, vs, held, j0, &pq, &seen, &m, &l, acc);
+            attn_stamp(7);
+            if (ns == 1) { /* the only split: folded in registers as the chunk kernel does, no partials */
+                float M = -INFINITY, L = 0.0f, O[NE];
 #pragma unroll
-        for (int k = 0; k < NE; k++) O[k] = 0.0f;
-        if (seen) fold<NE>(M, L, O, m, l, acc[0]);
-        if (head) finish_out<NE>(a.out + (size_t)h * hd, hd, L, O, pl.bf);
-        attn_stamp(8);
-        return;
+                for (int k = 0; k < NE; k++) O[k] = 0.0f;
+                if (seen) fold<NE>(M, L, O, m, l, acc[0]);
+                if (head) finish_out<NE>(a.out + (size_t)h * hd, hd, L, O, pl.bf);
+                attn_stamp(8);
+                return;
+            }
+            if constexpr (CL > 0) {
+                __shared__ float ps[8][32 * NE + 2]; /* this block's partials, one per head of the group (G <= 8) */
+                if (head) put_part<NE>(ps[warp], seen, m, l, acc[0], hd);
+                fold_cluster<CL, NE>(a, pl, kvh, &ps[0][0], 32 * NE + 2);
+                return;
+            }
+            if (head) put_part<NE>(a.part + ((size_t)h * ns + idx) * (hd + 2), seen, m, l, acc[0], hd);
+        }
+        if (!LOOP || (idx -= nb) < 0) break;
+        __syncthreads(); /* (every warp done with the split's rows before the next is staged over them) */
     }
-    if constexpr (CL > 0) {
-        __shared__ float ps[8][32 * NE + 2]; /* this block's partials, one per head of the group (G <= 8) */
-        if (head) put_part<NE>(ps[warp], seen, m, l, acc[0], hd);
-        fold_cluster<CL, NE>(a, pl, kvh, &ps[0][0], 32 * NE + 2);
-        return;
-    }
-    if (head) put_part<NE>(a.part + ((size_t)h * ns + b) * (hd + 2), seen, m, l, acc[0], hd);
-    fold_if_last<NE>(a, pl, kvh, ns);
+    fold_if_last<NE>(a, pl, kvh, nb, ns);
 }
 
 /* PLAIN: head_dim = 32 NE, no soft-capping, and the float32 mode (or, MMA, the bf16 mode's tensor-core path),
@@ -1128,9 +1153,12 @@ __device__ __forceinline__ void plain_case(gp_cu_attn &a, attn_plan &pl) {
     if (PLAIN) pl.bf = MMA ? 1 : 0, a.softcap = 0.0f, a.head_dim = 32 * NE, pl.ld = 32 * NE + 4;
 }
 
-/* Decode (MMA: on tensor cores, blocks of 8 warps for any G up to 16; PLAIN: plain_case). */
+/* Decode (MMA: on tensor cores, blocks of 8 warps for any G up to 16; PLAIN: plain_case).  Blocks of 8 warps are
+ * held to ATTN_BLOCKS_PER_SM's 128 registers a thread, but the plain tensor-core kernel over heads of 128, which
+ * does not loop and takes 126 unbounded (122 under the bound, a few percent slower on the H100: BENCHMARKS.md). */
 template <int STAGE_BATCH, int NE, bool MMA, bool PLAIN = false>
-__global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024)
+__global__ void __launch_bounds__(STAGE_BATCH > 1 ? 256 : 1024,
+                                  STAGE_BATCH > 1 && !(MMA && PLAIN && NE == 4) ? ATTN_BLOCKS_PER_SM : 1)
     attn_split_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
     plain_case<NE, PLAIN, MMA>(a, pl);
     split_decode<STAGE_BATCH, NE, 0, MMA, PLAIN>(a, pl, var);
@@ -1318,7 +1346,8 @@ static const attn_var *step_var(gp_cu *d, gp_cu_attn *c, attn_plan *pl) {
 }
 
 /* Decode: the splits in parallel (at least 8 warps stage a split; a group's heads compute it, or warp 0 on tensor
- * cores), then the fold. */
+ * cores), then the fold.  Past ATTN_BLOCKS_PER_SM blocks a multiprocessor's worth, a block stages and computes
+ * several splits in turn (GP_CU_ATTN_LOOP=0: a block a split): measured on the H100, BENCHMARKS.md. */
 static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t tiles) {
     const int32_t ns = pl.np + pl.hi - pl.lo + 1, hd = a->head_dim;
     const size_t sh = tiles + (size_t)(pl.G + (a->rk ? 1 : 0)) * hd * sizeof(float);
@@ -1327,11 +1356,19 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     const int mma = attn_mma(a, &pl), ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
     static const int plain_on = env_int("GP_CU_ATTN_PLAIN", 1);
     const int plain = plain_on && (mma || (!pl.bf && a->softcap <= 0)) && hd == 64 << ne; /* plain_case */
-    const dim3 grid((unsigned)ns, (unsigned)a->n_kv), blk(32 * (pl.G < 8 || mma ? 8 : pl.G));
+    /* past ATTN_BLOCKS_PER_SM blocks a multiprocessor, the kv heads' blocks take several splits each (split_decode) */
+    static const int loop = env_int("GP_CU_ATTN_LOOP", ATTN_BLOCKS_PER_SM); /* (0: a block a split) */
+    /* tests: a kv head's blocks when it loops, and no clusters (2 to 8 splits take the looping path too) */
+    static const int forced = env_int("GP_CU_ATTN_LOOP_BLOCKS", 0);
+    static const int64_t sms = gp_cu_sm_count();
+    const int64_t cap = forced > 0 ? forced : sms * loop / a->n_kv > 1 ? sms * loop / a->n_kv : 1;
+    const int takes = ATTN_LOOP(pl.G > 8 && !mma ? 1 : 8, 2 << ne, mma, plain); /* (split_kernels' choice below) */
+    const int32_t nb = loop && takes && ns > cap ? (int32_t)cap : ns;
+    const dim3 grid((unsigned)nb, (unsigned)a->n_kv), blk(32 * (pl.G < 8 || mma ? 8 : pl.G));
     gp_cu_attn c = *a;
     attn_plan pc = pl;
     const attn_var *var = step_var(d, &c, &pc);
-    if (pl.G <= 8 && ns >= 2 && ns <= 8) { /* one cluster of 2, 4 or 8 blocks per kv head */
+    if (pl.G <= 8 && ns >= 2 && ns <= 8 && !forced) { /* one cluster of 2, 4 or 8 blocks per kv head */
         const int cl = ns <= 2 ? 2 : ns <= 4 ? 4 : 8;
         launch(cluster_kernels[plain ? 2 + mma : mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh,
                d, c, pc, var);
