@@ -97,8 +97,8 @@ test-cuda: cuda
 	    GP_CU_WG_WHOLE=1 GP_CU_TMA=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    for k in 2 4; do GP_CU_ATTN_K=$$k ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    GP_CU_ATTN_PLAIN=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
-	    for p in 1 0; do \
-	        GP_CU_ATTN_LOOP_BLOCKS=3 GP_CU_ATTN_PLAIN=$$p ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
+	    for e in GP_CU_ATTN_PLAIN=1 GP_CU_ATTN_PLAIN=0 GP_CU_ATTN_DBUF=0; do \
+	        env GP_CU_ATTN_LOOP_BLOCKS=3 $$e ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    for w in 0 1; do GP_CU_ATTN_WIDE=$$w ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    GP_CU_ATTN_PRE=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GP_CU_WG_FULL=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \

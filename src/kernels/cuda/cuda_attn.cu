@@ -107,6 +107,7 @@ struct attn_plan {
     int32_t ld;          /* floats per staged row (head_dim + 4: conflict-free float4 reads by lane = key) */
     int32_t G;           /* query heads per kv head */
     int bf;
+    int dbuf;            /* decode: a second staging buffer after the queries (split_decode's loop; attn_decode) */
 };
 
 /* Element i of row r of storage st: float32, or q * scale + min of its group (the CPU's two float32 roundings). */
@@ -798,9 +799,10 @@ __device__ __forceinline__ void put_frag(float *p, int seen, float m, float l, c
 }
 
 /* Split s's keys and values for kv head kvh into ks, vs [SPLIT][ld] by cp.async (one group, not waited for; zeros for
- * the positions not held, held[i] marks the others): the tensor-core chunk's staging, its rows all float32. */
-__device__ void stage_async(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld, float *ks,
-                            float *vs, uint8_t *held) {
+ * the positions not held, held[i] marks the others): the tensor-core chunk's staging and a looping decode block's
+ * next split, their rows all float32 (decode inlines it: a call there spilled the registers live across it). */
+__device__ __forceinline__ void stage_async_in(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh,
+                                               int32_t ld, float *ks, float *vs, uint8_t *held) {
     const int32_t j0 = s * SPLIT, off = kvh * a.head_dim;
     for (row_walk w(a.head_dim / 4); w.i < SPLIT; w.step()) {
         const int i = w.i, f = w.f;
@@ -818,6 +820,10 @@ __device__ void stage_async(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
         cp16(vs + i * ld + 4 * f, vp, sg >= 0);
     }
     cp_commit();
+}
+__device__ void stage_async(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld, float *ks,
+                            float *vs, uint8_t *held) {
+    stage_async_in(a, d, s, kvh, ld, ks, vs, held);
 }
 
 /* The landed float32 split (ks, vs [SPLIT][ld]) as the bf16 copy frags_bf16 reads (kb [SPLIT][ldk] in column order,
@@ -1070,9 +1076,12 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
  * shared memory, with the same loads and arithmetic. */
 template <int STAGE_BATCH, int NE, int CL, bool MMA, bool PLAIN>
 __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_plan &pl, const attn_var *var) {
-    extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] (, the new key [hd]) */
+    /* LOOP (ATTN_LOOP): blocks that may take several splits; DBUF: with two staging buffers (heads of 64: two blocks
+     * a multiprocessor keep their shared memory, attn_decode) */
+    constexpr bool LOOP = CL == 0 && ATTN_LOOP(STAGE_BATCH, NE, MMA, PLAIN), DBUF = LOOP && NE == 2;
+    extern __shared__ float smem[]; /* ks, vs [SPLIT][ld], q [G][hd] (, the new key [hd]) (, ks, vs of DBUF) */
     __shared__ attn_desc_sm d;
-    __shared__ uint8_t held[SPLIT];
+    __shared__ uint8_t held[DBUF ? 2 * SPLIT : SPLIT]; /* (DBUF: the second buffer's flags after the first's) */
     const int32_t nb = gridDim.x, kvh = blockIdx.y, hd = a.head_dim;
     const int warp = threadIdx.x >> 5;
     const bool head = warp < pl.G; /* warps past the group's heads only stage */
@@ -1085,11 +1094,10 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     const gp_cu_wt qn = norm_in(a.qn, nw[0], a.rk ? hd : 0), kn = norm_in(a.kn, nw[1], a.rk ? hd : 0);
     __syncthreads();
     attn_stamp(1);
-    /* LOOP (ATTN_LOOP): the call's ns splits (plan_of's) over the nb blocks of the kv head, block b taking the splits
+    /* LOOP: the call's ns splits (plan_of's) over the nb blocks of the kv head, block b taking the splits
      * ns - 1 - b, ns - 1 - b - nb, ... in turn (nb < ns: attn_decode's choice; the split holding p first, so the
      * block whose first split holds it stores the new key).  Else block b takes split b (a cluster's: of CL; the
      * other kernels keep their registers and block order: BENCHMARKS.md). */
-    constexpr bool LOOP = CL == 0 && ATTN_LOOP(STAGE_BATCH, NE, MMA, PLAIN);
     const int32_t p = d.pos0, ns = LOOP ? d.np + p / SPLIT - d.lo + 1 : nb;
     const int32_t first = LOOP ? ns - 1 - (int32_t)blockIdx.x : (int32_t)blockIdx.x;
     /* the rope inside (a.rk): its angles and the first split's held rows, which are earlier steps', before the wait
@@ -1098,28 +1106,42 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
     const bool early = a.rk != NULL;
     if (early) rope_angles(cs, hd / 2, (float)p, a.inv_freq, pl.bf);
     if (!early) pdl_enter();
+    /* pre (DBUF and pl.dbuf, float32 rows only): while a looping block computes a split, the next one's rows are
+     * copied by cp.async (stage_async_in) into the other of two staging buffers (the second after the queries) */
+    float *const qsm = vs + SPLIT * pl.ld;
+    const int32_t o2 = 2 * SPLIT * pl.ld + (pl.G + early) * hd; /* floats from a buffer's rows to the other's */
+    bool pre = DBUF && pl.dbuf;
+    for (int i = 0; i < d.n_seg; i++) pre = pre && !d.seg[i].quant;
+    int b = 0; /* the buffer of this split */
     for (int32_t idx = first;;) {
+        float *kb = ks + b * o2, *vb = vs + b * o2;
+        uint8_t *hb = held + b * SPLIT;
         const int32_t j0 = split_id(d, idx) * SPLIT;
         const bool at_first = !LOOP || idx == first;
-        stage_split<STAGE_BATCH, MMA>(a, &d, j0 / SPLIT, kvh, pl.ld, ks, vs, held, early && at_first ? p : -1);
+        if (at_first || !pre)
+            stage_split<STAGE_BATCH, MMA>(a, &d, j0 / SPLIT, kvh, pl.ld, kb, vb, hb, at_first && early ? p : -1);
+        else cp_wait<0>(); /* (this thread's copies of the split; the barrier below: everyone's) */
         if (at_first) {
             attn_stamp(2);
             if (early) __syncthreads(), pdl_enter(); /* (cs written) */
             attn_stamp(3);
-            decode_jobs<NE, PLAIN>(a, pl, d, j0, vs + SPLIT * pl.ld, ks, vs, cs, qn, kn);
+            decode_jobs<NE, PLAIN>(a, pl, d, j0, qsm, ks, vs, cs, qn, kn);
             attn_stamp(4);
         }
         __syncthreads();
+        if (pre && idx - nb >= 0) /* the next split into the other buffer (its last reads were before the barrier) */
+            stage_async_in(a, &d, split_id(d, idx - nb), kvh, pl.ld, ks + (1 - b) * o2, vs + (1 - b) * o2,
+                           held + (1 - b) * SPLIT);
         attn_stamp(5);
         if constexpr (MMA) {
-            decode_mma<NE, CL>(a, pl, vs + SPLIT * pl.ld, ks, vs, held, j0, p, kvh, ns, idx);
+            decode_mma<NE, CL>(a, pl, qsm, kb, vb, hb, j0, p, kvh, ns, idx);
             if (ns == 1 || CL > 0) return;
         } else {
             float m, l, acc[1][NE];
             const int32_t pq = head ? p : -1;
             int seen;
             constexpr int PV = STAGE_BATCH == 1 ? 2 : NE <= 4 ? 8 : 4;
-            split_warp<1, NE, PV, PLAIN>(a, pl, &qs, ks, vs, held, j0, &pq, &seen, &m, &l, acc);
+            split_warp<1, NE, PV, PLAIN>(a, pl, &qs, kb, vb, hb, j0, &pq, &seen, &m, &l, acc);
             attn_stamp(7);
             if (ns == 1) { /* the only split: folded in registers as the chunk kernel does, no partials */
                 float M = -INFINITY, L = 0.0f, O[NE];
@@ -1140,6 +1162,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
         }
         if (!LOOP || (idx -= nb) < 0) break;
         __syncthreads(); /* (every warp done with the split's rows before the next is staged over them) */
+        if (pre) b = 1 - b;
     }
     fold_if_last<NE>(a, pl, kvh, nb, ns);
 }
@@ -1243,6 +1266,7 @@ static attn_plan plan_of(const gp_cu_attn *a, int bf) {
     m.ld = a->head_dim + 4;
     m.G = a->n_heads / a->n_kv;
     m.bf = bf;
+    m.dbuf = 0;
     return m;
 }
 
@@ -1372,7 +1396,14 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
         const int cl = ns <= 2 ? 2 : ns <= 4 ? 4 : 8;
         launch(cluster_kernels[plain ? 2 + mma : mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh,
                d, c, pc, var);
-    } else launch(split_kernels[mma ? 2 + 2 * plain : pl.G > 8 ? 1 : plain ? 3 : 0][ne], grid, blk, sh, d, c, pc, var);
+    } else {
+        /* blocks that take several splits stage the next one while they compute (split_decode's pre) where a second
+         * buffer keeps two blocks a multiprocessor (228 KB, 9 KB a block for its static arrays and the runtime) */
+        static const int dbuf_on = env_int("GP_CU_ATTN_DBUF", 1); /* (0: each split staged in turn) */
+        pc.dbuf = dbuf_on && nb < ns && 2 * (sh + tiles + 9216) <= 233472;
+        launch(split_kernels[mma ? 2 + 2 * plain : pl.G > 8 ? 1 : plain ? 3 : 0][ne], grid, blk,
+               pc.dbuf ? sh + tiles : sh, d, c, pc, var);
+    }
     return (int)cudaGetLastError();
 }
 
