@@ -31,14 +31,14 @@
 
 #define SPLIT GP_CU_ATTN_SPLIT
 #define MAX_NE 8 /* output elements per lane: head_dim <= 256 */
-/* decode's split kernels of 8 warps: blocks a multiprocessor holds (up to 128 registers a thread, 77 KB of shared
- * memory a block), and the blocks of a call past which each block takes several splits (attn_decode) */
+/* decode's split kernels of 8 warps: blocks a multiprocessor holds (up to 128 registers a thread and about 80 KB of
+ * shared memory a block), and the blocks of a call past which each block takes several splits (attn_decode) */
 #define ATTN_BLOCKS_PER_SM 2
 /* whether a decode split kernel takes several splits a block: the float32 paths of 8 warps and the plain tensor-core
- * path over heads of 64 (Llama-3.2-1B at 8,192 held tokens 4-6% faster on the H100); not that path over heads of 128
- * (with the loop it took 180 registers, a fifth slower at 2,048; held to 128 it spilled and was level to 8% slower:
- * BENCHMARKS.md), nor the 1,024-thread blocks (more than 8 heads a group) and the general tensor-core kernels (heads
- * other than 64 and 128), which no benchmark here runs */
+ * path over heads of 64 (Llama-3.2-1B at 8,192 held tokens 3.6-6.8% faster on the H100); not that path over heads of
+ * 128 (with the loop it took 180 registers, a fifth slower at 2,048; held to 128 it spilled and was level to 8%
+ * slower: BENCHMARKS.md), nor the 1,024-thread blocks (more than 8 heads a group) and the general tensor-core kernels
+ * (heads other than 64 and 128), which no benchmark here runs */
 #define ATTN_LOOP(STAGE_BATCH, NE, MMA, PLAIN) ((STAGE_BATCH) > 1 && (!(MMA) || ((PLAIN) && (NE) == 2)))
 
 #ifdef GP_CU_TRACE
@@ -800,7 +800,7 @@ __device__ __forceinline__ void put_frag(float *p, int seen, float m, float l, c
 
 /* Split s's keys and values for kv head kvh into ks, vs [SPLIT][ld] by cp.async (one group, not waited for; zeros for
  * the positions not held, held[i] marks the others): the tensor-core chunk's staging and a looping decode block's
- * next split, their rows all float32 (decode inlines it: a call there spilled the registers live across it). */
+ * next split, their rows all float32 (inlined there; stage_async is the chunk kernels' call, their code as before). */
 __device__ __forceinline__ void stage_async_in(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh,
                                                int32_t ld, float *ks, float *vs, uint8_t *held) {
     const int32_t j0 = s * SPLIT, off = kvh * a.head_dim;
