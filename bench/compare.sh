@@ -3,7 +3,8 @@
 #   For each shape: `genparity make-model` writes a random-weight folder (once), tools/gguf_from_safetensors.py copies
 #   the same bytes into a GGUF (once), then ROUNDS rounds run `genparity bench` and llama.cpp's `llama-bench`
 #   alternately (pp P and tg N, REPS repetitions each, THREADS threads).  The report (build/compare.md) lists every
-#   round, the load average before and after, the medians and the ratio genparity / llama.cpp.
+#   round, the load average before and after, the medians, and each genparity row's ratio to the llama.cpp row of
+#   the same weights (bf16 for either compute mode).
 # Needs llama.cpp built ad hoc from a fetched copy (never committed): LLAMA_BENCH = its llama-bench binary,
 # LLAMA_CPP_DIR = the copy (for gguf-py).  Optional LLAMA_QUANTIZE = its llama-quantize, with QUANTS="q8_0 q4_0",
 # adds rows for llama.cpp's quantized types; GQUANTS="q4 q8" adds genparity rows on MLX-quantized folders of the
@@ -138,14 +139,14 @@ for (shape, name), v in med.items():
     gp = med[(shape, "genparity (f32 compute, bf16 weights)")]
     gpp = statistics.median(x[0] for x in gp); gtg = statistics.median(x[1] for x in gp)
     print("| %s | %s | %.1f | %.2f | %.2f× | %.2f× |" % (shape, name, pp, tg, gpp / pp, gtg / tg))
-pairs = [(s_, n) for (s_, n) in med if n.startswith("genparity mlx q")]
+# each genparity row against the llama.cpp row of the same weights: bf16 (either compute mode), or qN_0 for mlx qN
+same = ("genparity (f32 compute, bf16 weights)", "genparity (bf16 compute)")
+pairs = [((s_, n), (s_, "llama.cpp bf16")) for (s_, n) in med if n in same]
+pairs += [((s_, n), (s_, "llama.cpp %s_0" % n.split()[2])) for (s_, n) in med if n.startswith("genparity mlx q")]
+pairs = [(a, b) for (a, b) in pairs if b in med]
 if pairs:
     print("\n| shape | genparity | llama.cpp | pp ratio | tg ratio |\n|---|---|---|---|---|")
-for shape, name in pairs:
-    bits = name.split()[2]
-    other = (shape, "llama.cpp %s_0" % bits)
-    if other not in med:
-        continue
+for (shape, name), other in pairs:
     a, b = med[(shape, name)], med[other]
     f = lambda v, i: statistics.median(x[i] for x in v)
     print("| %s | %s | %s | %.2f× | %.2f× |" % (shape, name, other[1], f(a, 0) / f(b, 0), f(a, 1) / f(b, 1)))
