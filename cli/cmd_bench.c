@@ -15,6 +15,7 @@
 #include <time.h>
 
 static int32_t bench_compute = GP_COMPUTE_F32; /* --compute: the contexts' gp_compute */
+static int32_t bench_kv_bits = 0;              /* --kv-bits: the contexts' cache rows (gp_ctx_params.kv_bits) */
 
 static double now(void) {
     struct timespec ts;
@@ -36,6 +37,7 @@ static void help(FILE *f) {
                "  --format F      md (default) or json\n"
                "  --device D      cpu (default) or cuda (a `make cuda` build and a GPU)\n"
                "  --compute C     f32 (default) or bf16 (activations rounded as transformers' bf16 forward)\n"
+               "  --kv-bits N     cache rows: 0 or 32 (default: float32), 16 (bfloat16), 4 or 8 (quantized)\n"
                "  --bandwidth-mib N  buffer of the bandwidth measurement (default 1024; 0 skips it): the CPU's read\n"
                "                     bandwidth, or with --device cuda the GPU's copy bandwidth (bytes read + written)\n"
                "  --bandwidth-gbs N  take N GB/s as the memory bandwidth instead of measuring it\n");
@@ -174,6 +176,7 @@ static int bench_model(const char *dir, int p, int n, int d, int reps, int threa
     cp.n_threads = threads;
     cp.device = device;
     cp.compute = bench_compute;
+    cp.kv_bits = bench_kv_bits;
     const int len = d + (p > n ? p : n); /* ids: the depth's, then the test's */
     cp.n_ctx = len + 1;
     if (p > 0) cp.prefill_chunk = p;
@@ -269,6 +272,8 @@ int cmd_bench(int argc, char **argv) {
                 return 2;
             }
             bench_compute = strcmp(v, "bf16") ? GP_COMPUTE_F32 : GP_COMPUTE_BF16;
+        } else if (!strcmp(a, "--kv-bits")) {
+            if (parse_pos(a, v, 0, &bench_kv_bits)) return 2;
         } else if (!strcmp(a, "--device")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
                 fprintf(stderr, "genparity bench: --device must be cpu or cuda, got '%s'\n", v);

@@ -12,7 +12,8 @@ void cli_ctx_flags_help(FILE *f) {
                "  --n-ctx N               KV cache positions (default: max_position_embeddings)\n"
                "  --max-kv-size N         rotating cache of N positions per layer (mlx-lm RotatingKVCache semantics)\n"
                "  --keep K                rotating: the first K positions are never evicted (default 4, as mlx-lm; at most N-1)\n"
-               "  --kv-bits 4|8           quantize the cache (affine groups)\n"
+               "  --kv-bits 4|8|16|32     cache rows: affine-quantized groups, bfloat16 (half the bytes; the same\n"
+               "                          logits with --compute bf16) or float32 (the default)\n"
                "  --kv-group-size 32|64|128  quantization group size (default 64)\n"
                "  --quantized-kv-start N  positions before N stay float32 (default 0)\n"
                "  --mem-limit-mb N        refuse a prefill that would grow caches + scratch past N MB\n"
@@ -64,8 +65,8 @@ int cli_ctx_flag(int argc, char **argv, int *i, gp_ctx_params *p) {
     case 3: p->max_kv_size = x; break;
     case 4: p->keep = x; break;
     case 5:
-        if (x != 4 && x != 8) {
-            fprintf(stderr, "genparity: --kv-bits must be 4 or 8\n");
+        if (x != 4 && x != 8 && x != 16 && x != 32) {
+            fprintf(stderr, "genparity: --kv-bits must be 4, 8, 16 or 32\n");
             return -1;
         }
         p->kv_bits = x;

@@ -1,6 +1,6 @@
 /* kvcache.c — KV cache storage: rings of slots per layer (plain, sliding-window or rotating with pinned positions),
- * float32 or affine-quantized rows in backend memory, chunk staging and the attention descriptor, copy-on-write
- * forks, trim, and cache files.  The only code that knows the ring and quantized layouts. */
+ * float32, bfloat16 or affine-quantized rows in backend memory, chunk staging and the attention descriptor,
+ * copy-on-write forks, trim, and cache files.  The only code that knows the ring and quantized layouts. */
 #include "cache/kvcache.h"
 #include "util/util.h"
 
@@ -16,7 +16,7 @@
 typedef struct kv_store {
     int refs;     /* caches sharing this buffer (copy-on-write) */
     float *f;     /* [n_f, kvd] float32 slots (all slots when not quantized) */
-    uint8_t *q;   /* [cap, row_bytes] quantized slots (NULL when not quantized) */
+    uint8_t *q;   /* [cap, row_bytes] quantized or bfloat16 slots (NULL for float32 rows) */
     float *scale; /* [cap, n_groups] */
     float *minv;  /* [cap, n_groups] */
 } kv_store;
@@ -47,10 +47,15 @@ struct gp_cache {
     int32_t stage_rows;
 };
 
-static int32_t n_groups(const gp_kv_params *p, int32_t kvd) { return p->bits ? (kvd + p->group - 1) / p->group : 0; }
+/* bits 16: bfloat16 rows (every position; no groups), stored by rope_qk as float32 rows are (early rows) */
+static int32_t n_groups(const gp_kv_params *p, int32_t kvd) {
+    return p->bits && p->bits != 16 ? (kvd + p->group - 1) / p->group : 0;
+}
 static int32_t row_bytes(const gp_kv_params *p, int32_t kvd) { return p->bits ? (kvd * p->bits + 7) / 8 : 0; }
-/* positions < q_start are float32 (all of them in a float cache) */
-static int32_t q_start(const gp_kv_params *p) { return p->bits ? p->q_start : INT32_MAX; }
+/* positions < q_start are float32 (all of them in a float cache, none in a bfloat16 one) */
+static int32_t q_start(const gp_kv_params *p) { return p->bits == 16 ? 0 : p->bits ? p->q_start : INT32_MAX; }
+/* positions < direct_end may be stored straight into the cache's rows (float32 or bfloat16: no groups to fit) */
+static int32_t direct_end(const gp_kv_params *p) { return p->bits == 16 ? INT32_MAX : q_start(p); }
 
 /* Slot of position j in a layer ring. */
 static inline int32_t slot_of(const kv_layer *L, int32_t j) {
@@ -80,9 +85,9 @@ gp_status gp_cache_create(const char *name, const gp_kv_params *p, gp_backend *b
     if (p->max_kv_size < 0 || p->keep < 0 || (p->max_kv_size > 0 && p->keep >= p->max_kv_size))
         return gp_set_error(GP_ERR_INVALID_ARG, "KV cache: need 0 <= keep < max_kv_size (got keep %d, max_kv_size %d)",
                             p->keep, p->max_kv_size);
-    if (p->bits != 0 && p->bits != 4 && p->bits != 8)
+    if (p->bits != 0 && p->bits != 4 && p->bits != 8 && p->bits != 16)
         return gp_set_error(GP_ERR_INVALID_ARG, "KV cache: kv_bits must be 4 or 8 (got %d)", p->bits);
-    if (p->bits && p->group != 32 && p->group != 64 && p->group != 128)
+    if ((p->bits == 4 || p->bits == 8) && p->group != 32 && p->group != 64 && p->group != 128)
         return gp_set_error(GP_ERR_INVALID_ARG, "KV cache: kv_group_size must be 32, 64 or 128 (got %d)", p->group);
     if (p->q_start < 0) return gp_set_error(GP_ERR_INVALID_ARG, "KV cache: quantized_kv_start must be >= 0");
     gp_cache *c = gp_calloc(1, sizeof *c);
@@ -176,10 +181,7 @@ static gp_status store_grow(gp_cache *c, kv_store **ps, int32_t old_cap, int32_t
 }
 
 /* Float32 slots a layer of cap slots needs. */
-static int32_t f32_slots(const gp_kv_params *p, int32_t cap) {
-    if (!p->bits) return cap;
-    return p->q_start < cap ? p->q_start : cap;
-}
+static int32_t f32_slots(const gp_kv_params *p, int32_t cap) { return q_start(p) < cap ? q_start(p) : cap; }
 
 /* Slots layer L grows to for n_total positions. */
 static int32_t cap_for(const kv_layer *L, int32_t n_total) {
@@ -305,7 +307,7 @@ static void add_seg(gp_kv_desc *d, int32_t p0, int32_t p1, int32_t r0, int src, 
 int gp_cache_early_rows(const gp_cache *c, int32_t l, int32_t n, gp_kv_rows *k, gp_kv_rows *v, int32_t *r0) {
     const kv_layer *L = &c->L[l];
     const int32_t pos0 = c->n_past;
-    if (n <= 0 || (int64_t)pos0 + n > q_start(&c->p) || (n > 1 && pos0 + n > L->cap)) return 0;
+    if (n <= 0 || (int64_t)pos0 + n > direct_end(&c->p) || (n > 1 && pos0 + n > L->cap)) return 0;
     *k = rows_of(c, L->k);
     *v = rows_of(c, L->v);
     *r0 = slot_of(L, pos0);
@@ -442,6 +444,20 @@ static const void *host_view(gp_backend *be, const void *p, size_t bytes, void *
     return *tmp;
 }
 
+/* Rows [rows, kvd] of bfloat16 backend memory p widened (exactly) to float32 on the host; *tmp owns them. */
+static const void *widened_view(gp_backend *be, const uint8_t *p, size_t rows, size_t kvd, void **tmp) {
+    void *raw;
+    const uint16_t *h = host_view(be, p, rows * kvd * 2, &raw);
+    float *f = h ? malloc(rows * kvd * sizeof *f) : NULL;
+    for (size_t i = 0; f && i < rows * kvd; i++) f[i] = gp_bf16_to_f32(h[i]);
+    free(raw);
+    *tmp = f;
+    return f;
+}
+
+/* kv_bits as files record it: bfloat16 rows are written as float32 rows (the file of a float32 cache) */
+static int32_t file_bits(const gp_kv_params *p) { return p->bits == 16 ? 0 : p->bits; }
+
 gp_status gp_cache_save(const gp_cache *c, const char *path, const char *const *keys, const char *const *vals,
                         int32_t n_meta) {
     int32_t nt = 1 + c->n_layers * 8, k = 0;
@@ -467,14 +483,18 @@ gp_status gp_cache_save(const gp_cache *c, const char *path, const char *const *
 #define ADD(suffix, DT, R, C, ES, PTR)                                                                               \
     do {                                                                                                             \
         snprintf(names[k], sizeof names[k], "layer.%d.%s.%s", l, kv, suffix);                                        \
-        const void *d_ = st && (R) ? host_view(c->be, PTR, (size_t)(R) * (size_t)(C) * (ES), &tmps[k]) : NULL;      \
+        const size_t n_ = (size_t)(R) * (size_t)(C);                                                                 \
+        const void *d_ = !st || !(R) ? NULL                                                                          \
+                         : c->p.bits == 16 && (DT) == GP_DTYPE_F32                                                   \
+                             ? widened_view(c->be, st->q, (size_t)(R), (size_t)(C), &tmps[k])                        \
+                             : host_view(c->be, PTR, n_ * (ES), &tmps[k]);                                           \
         if (st && (R) && !d_) goto done;                                                                             \
         t[k] = (gp_st_write_tensor){.name = names[k], .dtype = DT, .ndim = 2, .shape = {R, C},                      \
                                     .data = d_ ? d_ : (const void *)&one};                                           \
         k++;                                                                                                         \
     } while (0)
-            ADD("f32", GP_DTYPE_F32, nf, c->kvd, sizeof(float), st->f);
-            if (c->p.bits) {
+            ADD("f32", GP_DTYPE_F32, c->p.bits == 16 ? used : nf, c->kvd, sizeof(float), st->f);
+            if (file_bits(&c->p)) {
                 ADD("q", GP_DTYPE_U8, used, rb, 1, st->q);
                 ADD("scale", GP_DTYPE_F32, used, ng, sizeof(float), st->scale);
                 ADD("min", GP_DTYPE_F32, used, ng, sizeof(float), st->minv);
@@ -485,7 +505,7 @@ gp_status gp_cache_save(const gp_cache *c, const char *path, const char *const *
     int32_t m = 0;
     const char *fk[] = {"format", "version", "name", "n_past", "n_layers", "kvd", "n_ctx", "max_kv_size", "keep",
                         "kv_bits", "kv_group_size", "quantized_kv_start"};
-    int64_t fv[] = {0, 0, 0, c->n_past, c->n_layers, c->kvd, c->p.n_ctx, c->p.max_kv_size, c->p.keep, c->p.bits,
+    int64_t fv[] = {0, 0, 0, c->n_past, c->n_layers, c->kvd, c->p.n_ctx, c->p.max_kv_size, c->p.keep, file_bits(&c->p),
                     c->p.group, c->p.q_start};
     for (int i = 0; i < 12; i++) {
         mk[m] = fk[i];
@@ -538,6 +558,26 @@ static gp_status load_tensor(gp_backend *be, const gp_st_set *st, const char *pa
     return GP_OK;
 }
 
+/* load_tensor of float32 rows into bfloat16 rows dst [rows, cols] (rounded to nearest even: exact for the rows of a
+ * cache that held bfloat16 rows). */
+static gp_status load_narrowed(gp_backend *be, const gp_st_set *st, const char *path, const char *name, int64_t rows,
+                               int64_t cols, void *dst) {
+    const gp_tensor_view *t = gp_st_find(st, name);
+    if (!t || t->dtype != GP_DTYPE_F32 || t->ndim != 2 || t->shape[0] < rows || t->shape[1] != cols)
+        return load_tensor(be, st, path, name, GP_DTYPE_F32, rows, cols, dst); /* (its message) */
+    const size_t n = (size_t)rows * (size_t)cols;
+    uint16_t *h = malloc(n ? n * sizeof *h : 1);
+    if (!h) return gp_set_error(GP_ERR_NOMEM, "%s: out of memory reading tensor '%s'", path, name);
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        memcpy(&x, (const char *)t->data + 4 * i, 4);
+        h[i] = gp_f32_to_bf16(x);
+    }
+    if (n) be->ops->upload(be, dst, h, n * sizeof *h);
+    free(h);
+    return GP_OK;
+}
+
 gp_status gp_cache_load(const char *path, const char *name, const gp_kv_params *p, gp_backend *be, int32_t n_layers,
                         int32_t kvd, const int32_t *window,
                         gp_status (*check)(const gp_st_set *st, const char *path, void *ud), void *ud, gp_cache **out) {
@@ -570,9 +610,10 @@ gp_status gp_cache_load(const char *path, const char *name, const gp_kv_params *
             gp_st_close(st);
             return s;
         }
-    int64_t want[] = {-1, n_layers, kvd, -1, p->max_kv_size, p->keep, p->bits, p->group, p->q_start};
+    const int32_t fb = file_bits(p);
+    int64_t want[] = {-1, n_layers, kvd, -1, p->max_kv_size, p->keep, fb, p->group, p->q_start};
     for (int i = 1; i < 9; i++)
-        if (i != 3 && v[i] != want[i] && !(i >= 7 && !p->bits && !v[6])) {
+        if (i != 3 && v[i] != want[i] && !(i >= 7 && !fb && !v[6])) {
             gp_st_close(st);
             return gp_set_error(GP_ERR_STATE, "%s: metadata '%s' = %lld but this context has %lld", path, keys[i],
                                 (long long)v[i], (long long)want[i]);
@@ -603,6 +644,10 @@ gp_status gp_cache_load(const char *path, const char *name, const gp_kv_params *
             char nm[64];
             const char *kv = i ? "v" : "k";
             snprintf(nm, sizeof nm, "layer.%d.%s.f32", l, kv);
+            if (p->bits == 16) {
+                if ((s = load_narrowed(be, st, path, nm, used, kvd, rs[i]->q))) goto fail;
+                continue;
+            }
             if ((s = load_tensor(be, st, path, nm, GP_DTYPE_F32, nf, kvd, rs[i]->f))) goto fail;
             if (p->bits) {
                 snprintf(nm, sizeof nm, "layer.%d.%s.q", l, kv);

@@ -1,6 +1,6 @@
 /* kvcache.h — one sequence's KV cache (gp_cache, opaque): per layer a ring of slots for keys and values, optionally
- * rotating (max_kv_size with the first `keep` positions pinned) and optionally quantized (affine 4/8-bit groups,
- * positions before quantized_kv_start kept in float32), plus the token ids it holds and the steering provenance of
+ * rotating (max_kv_size with the first `keep` positions pinned), float32 or bfloat16 rows or quantized (affine
+ * 4/8-bit groups, positions before quantized_kv_start kept in float32), plus the token ids it holds and the steering provenance of
  * its positions.  Storage is allocated through the backend; ring and quantized layouts are known only to kvcache.c:
  * the forward pass stages a chunk's keys/values (gp_cache_stage, which gives attention a gp_kv_desc), then commits
  * them (gp_cache_commit) and advances (gp_cache_advance).  Buffers are reference-counted so a fork shares them until
@@ -19,7 +19,7 @@ typedef struct gp_kv_params {
     int32_t n_ctx;       /* positions a non-rotating cache may hold */
     int32_t max_kv_size; /* 0 = unbounded (up to n_ctx); else rotating with this many slots per layer */
     int32_t keep;        /* rotating: the first `keep` positions are never evicted */
-    int32_t bits;        /* 0 = float32; 4 or 8 = quantized */
+    int32_t bits;        /* 0 = float32; 16 = bfloat16 (every position); 4 or 8 = quantized */
     int32_t group;       /* quantization group size along a position's [n_kv * head_dim] row */
     int32_t q_start;     /* positions < q_start stay float32 */
 } gp_kv_params;
@@ -49,7 +49,8 @@ gp_status gp_cache_reserve(gp_cache *c, int32_t n_total, int32_t n_chunk);
  * different epochs are never reused).  Call after gp_cache_reserve(c, n_past + n, ...). */
 gp_status gp_cache_begin(gp_cache *c, const int32_t *ids, int32_t n, uint64_t steer_epoch);
 
-/* Whether layer l can take a chunk of n positions at n_past.. before attention runs: its rows are float32 and
+/* Whether layer l can take a chunk of n positions at n_past.. before attention runs: its rows are float32 or
+ * bfloat16 (rope_qk rounds them as kv_store does) and
  * storing them overwrites no position a query of the chunk sees (one position, or a ring that does not wrap).  Then
  * *dst names the rows (the caller stores the keys and values there, e.g. through rope_qk) and returns 1; else 0. */
 int gp_cache_early_rows(const gp_cache *c, int32_t l, int32_t n, gp_kv_rows *k, gp_kv_rows *v, int32_t *r0);
@@ -84,12 +85,14 @@ void gp_cache_clear(gp_cache *c);
 gp_status gp_cache_fork(const gp_cache *src, const char *name, gp_cache **out);
 
 /* Writes a cache file: safetensors with tensors token_ids and layer.{l}.{k,v}.{f32,q,scale,min} (the slots that
- * hold positions) and metadata describing the layout plus the caller's n_meta key/value pairs. */
+ * hold positions; bfloat16 rows widened to f32, as a float32 cache's) and metadata describing the layout plus the
+ * caller's n_meta key/value pairs. */
 gp_status gp_cache_save(const gp_cache *c, const char *path, const char *const *keys, const char *const *vals,
                         int32_t n_meta);
 
 /* Reads a cache file written by gp_cache_save into a new cache with the same layout (params, layers, kvd, windows
- * must match the file's); check(st, ud) may refuse the file first (model fingerprint, ...).  All or nothing. */
+ * must match the file's; float32 and bfloat16 rows load from either, rounded to nearest even into bfloat16); check(st,
+ * ud) may refuse the file first (model fingerprint, ...).  All or nothing. */
 gp_status gp_cache_load(const char *path, const char *name, const gp_kv_params *p, gp_backend *be, int32_t n_layers,
                         int32_t kvd, const int32_t *window,
                         gp_status (*check)(const gp_st_set *st, const char *path, void *ud), void *ud, gp_cache **out);

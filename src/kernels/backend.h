@@ -106,9 +106,11 @@ typedef struct gp_linear {
 
 /* ---- KV storage and the attention descriptor (layouts are src/cache's; ops only see these views) ---- */
 
-/* Key or value rows of one layer in backend memory.  Row r is float32 at f + r*kvd, or affine-quantized at
- * q + r*row_bytes with per-group scale/min [n_groups] at scale + r*n_groups, minv + r*n_groups:
- * x[i] = q[i] * scale[i / group] + minv[i / group], 8-bit one per byte, 4-bit two per byte (low nibble first). */
+/* Key or value rows of one layer in backend memory.  Row r is float32 at f + r*kvd, or (the quantized rows of a
+ * descriptor's runs) at q + r*row_bytes: bits 16, kvd bfloat16 values (x[i] = the i-th, widened; stored rounded to
+ * nearest even); bits 4 or 8, affine-quantized with per-group scale/min [n_groups] at scale + r*n_groups,
+ * minv + r*n_groups: x[i] = q[i] * scale[i / group] + minv[i / group], 8-bit one per byte, 4-bit two per byte (low
+ * nibble first). */
 typedef struct gp_kv_rows {
     float *f;
     uint8_t *q;

@@ -326,8 +326,9 @@ gp_status gp_ctx_params_check(const gp_ctx_params *p) {
         if (f[i].v < 0 || f[i].v > f[i].hi)
             return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: field '%s' = %d must be in [0, %d]", f[i].name,
                                 (int)f[i].v, (int)f[i].hi);
-    if (p->kv_bits != 0 && p->kv_bits != 4 && p->kv_bits != 8)
-        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: field 'kv_bits' = %d must be 0, 4 or 8", (int)p->kv_bits);
+    if (p->kv_bits != 0 && p->kv_bits != 4 && p->kv_bits != 8 && p->kv_bits != 16 && p->kv_bits != 32)
+        return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: field 'kv_bits' = %d must be 0, 4, 8, 16 or 32",
+                            (int)p->kv_bits);
     if (p->kv_group_size != 0 && p->kv_group_size != 32 && p->kv_group_size != 64 && p->kv_group_size != 128)
         return gp_set_error(GP_ERR_INVALID_ARG, "gp_ctx_init: field 'kv_group_size' = %d must be 0, 32, 64 or 128",
                             (int)p->kv_group_size);

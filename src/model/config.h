@@ -68,7 +68,7 @@ void gp_config_free(gp_config *cfg);
 #define GP_MAX_CTX (1 << 28)
 
 /* Checks context parameters at the API boundary (gp_ctx_init), before any arithmetic on them: every size in
- * [0, GP_MAX_CTX], n_threads in [0, 4096], kv_bits 0/4/8, kv_group_size 0/32/64/128.  GP_OK or
+ * [0, GP_MAX_CTX], n_threads in [0, 4096], kv_bits 0/4/8/16/32, kv_group_size 0/32/64/128.  GP_OK or
  * GP_ERR_INVALID_ARG naming the field. */
 gp_status gp_ctx_params_check(const gp_ctx_params *p);
 

@@ -226,3 +226,79 @@ TEST(bf16_mode_invariant_to_threads_and_chunks) {
     CHECK_STATUS(gp_ctx_init(m, &p, &c), GP_ERR_INVALID_ARG);
     gp_model_free(m);
 }
+
+/* The bf16 mode's bfloat16 cache rows (kv_bits 16) against float32 rows (kv_bits 0) on device dev: every fixture
+ * model, a prompt of 9 in chunks of 4 then 12 decode steps, plain and rotating (max_kv_size 8, so the ring wraps and
+ * chunks are staged): every position's logits bit-identical (the mode rounds keys and values to bfloat16 before they
+ * are stored), the cache half the bytes.  Returns the runs compared (*want: two a model found), or -1 when the device
+ * is not there. */
+static int rows_runs(int32_t dev, int *want) {
+    static const char *const models[] = {"tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2",
+                                         "tiny-gemma3"};
+    int runs = 0;
+    *want = 0;
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        gp_model *m = fx_load_model(models[mi], 0);
+        if (!m) continue;
+        *want += 2;
+        const int V = gp_model_n_vocab(m);
+        float *lg[2] = {malloc(21 * (size_t)V * sizeof(float)), malloc(21 * (size_t)V * sizeof(float))};
+        int32_t ids[21];
+        for (int i = 0; i < 21; i++) ids[i] = 1 + (i * 7919 + (int)mi) % (V - 1);
+        for (int rot = 0; rot < 2 && runs >= 0; rot++) {
+            uint64_t kv[2] = {0, 0};
+            for (int r = 0; r < 2; r++) {
+                gp_ctx_params p = gp_ctx_default_params();
+                p.compute = GP_COMPUTE_BF16, p.device = dev, p.n_ctx = 64, p.prefill_chunk = 4, p.n_threads = 1;
+                p.kv_bits = r ? 0 : 16, p.max_kv_size = rot ? 8 : 0;
+                gp_ctx *c = NULL;
+                gp_status st = gp_ctx_init(m, &p, &c);
+                if (st == GP_ERR_UNSUPPORTED && dev == GP_DEVICE_CUDA) {
+                    printf("    skip: %s\n", gp_errmsg());
+                    gp_test_skipped = 1;
+                    runs = -1;
+                    break;
+                }
+                CHECK_STATUS(st, GP_OK);
+                gp_eval_opts o = {0};
+                o.all_logits = 1;
+                if (c) CHECK_STATUS(gp_ctx_eval(c, ids, 9, &o, lg[r]), GP_OK);
+                for (int i = 9; c && i < 21; i++)
+                    CHECK_STATUS(gp_ctx_eval(c, ids + i, 1, NULL, lg[r] + (size_t)i * V), GP_OK);
+                kv[r] = c ? gp_ctx_kv_bytes(c) : 0;
+                gp_ctx_free(c);
+            }
+            if (runs < 0) break;
+            double e = 0;
+            for (size_t i = 0; i < 21 * (size_t)V; i++) e = fmax(e, fabs(lg[0][i] - lg[1][i]));
+            if (memcmp(lg[0], lg[1], 21 * (size_t)V * sizeof(float))) {
+                NOTE("%s%s: bfloat16 rows differ from float32 rows (max |d| %.3g)", models[mi], rot ? " rotating" : "",
+                     e);
+                gp_test_failed = 1;
+            }
+            CHECK(2 * kv[0] == kv[1]);
+            runs++;
+        }
+        free(lg[0]), free(lg[1]);
+        gp_model_free(m);
+        if (runs < 0) break;
+    }
+    return runs;
+}
+
+TEST(bf16_mode_bf16_cache_rows_same_bits) {
+    int want;
+    const int runs = rows_runs(GP_DEVICE_CPU, &want);
+    NOTE("bf16 mode: %d (model, plain | rotating) runs with bfloat16 and float32 cache rows compared (want: identical "
+         "logits, half the bytes)", runs);
+    CHECK_EQ_INT(runs, want);
+}
+
+TEST(bf16_mode_cuda_bf16_cache_rows_same_bits) {
+    int want;
+    const int runs = rows_runs(GP_DEVICE_CUDA, &want);
+    if (runs >= 0) {
+        NOTE("cuda bf16 mode: %d (model, plain | rotating) runs with bfloat16 and float32 cache rows compared", runs);
+        CHECK_EQ_INT(runs, want);
+    }
+}

@@ -281,13 +281,13 @@ TEST(backend_ops_elementwise) {
 
 /* ---- KV storage and attention ---- */
 
-/* Backend KV rows of `rows` rows (float and quantized arrays both allocated). */
+/* Backend KV rows of `rows` rows (float and quantized arrays both allocated; bits 16: bfloat16 rows, no groups). */
 static gp_kv_rows kv_alloc(gp_backend *be, int32_t rows, int32_t kvd, int32_t bits, int32_t group) {
     gp_kv_rows r = {0};
     r.kvd = kvd;
     r.bits = bits;
     r.group = group;
-    r.n_groups = (kvd + group - 1) / group;
+    r.n_groups = bits == 16 ? 0 : (kvd + group - 1) / group;
     r.row_bytes = (kvd * bits + 7) / 8;
     r.f = be->ops->alloc(be, sizeof(float) * (size_t)rows * kvd);
     r.q = be->ops->alloc(be, (size_t)rows * (size_t)(r.row_bytes > 0 ? r.row_bytes : 1));
@@ -309,9 +309,13 @@ static void kv_row(gp_backend *be, const gp_kv_rows *s, int32_t r, int quant, fl
         be->ops->download(be, out, s->f + (size_t)r * s->kvd, sizeof(float) * s->kvd);
         return;
     }
-    uint8_t q[512];
+    uint8_t q[1024];
     float sc[64], mn[64];
     be->ops->download(be, q, s->q + (size_t)r * s->row_bytes, (size_t)s->row_bytes);
+    if (s->bits == 16) {
+        for (int32_t i = 0; i < s->kvd; i++) out[i] = gp_bf16_to_f32((uint16_t)(q[2 * i] | q[2 * i + 1] << 8));
+        return;
+    }
     be->ops->download(be, sc, s->scale + (size_t)r * s->n_groups, sizeof(float) * s->n_groups);
     be->ops->download(be, mn, s->minv + (size_t)r * s->n_groups, sizeof(float) * s->n_groups);
     for (int32_t i = 0; i < s->kvd; i++) {
@@ -328,7 +332,8 @@ TEST(backend_ops_kv_store_copy) {
         gp_ws *ws = make_ws(be, 2, rows, 1, 1, 0);
         float *x = rand_vec((size_t)rows * kvd, 9, 3), row[64], row2[64];
         double worst[2] = {0, 0};
-        for (int bits = 4; bits <= 8; bits += 4) {
+        int bf16_exact = 1;
+        for (int bits = 4; bits <= 16; bits += bits == 8 ? 8 : 4) {
             gp_kv_rows a = kv_alloc(be, rows, kvd, bits, 32), c = kv_alloc(be, rows, kvd, bits, 32);
             gp_kv_rows a2 = kv_alloc(be, rows, kvd, bits, 32), c2 = kv_alloc(be, rows, kvd, bits, 32);
             float *dx = bu_dev_from(be, x, (size_t)rows * kvd);
@@ -339,7 +344,9 @@ TEST(backend_ops_kv_store_copy) {
             CHECK_STATUS(be->ops->finish(ws), GP_OK);
             for (int32_t r = 0; r < rows; r++) {
                 kv_row(be, &a, r, 1, row);
-                for (int32_t g = 0; g < (kvd + 31) / 32; g++) { /* error <= half a quantization step */
+                for (int32_t i = 0; bits == 16 && i < kvd; i++) /* bfloat16 rows: rounded to nearest even */
+                    bf16_exact &= row[i] == gp_bf16_to_f32(gp_f32_to_bf16(x[r * kvd + i]));
+                for (int32_t g = 0; bits < 16 && g < (kvd + 31) / 32; g++) { /* error <= half a quantization step */
                     float lo = INFINITY, hi = -INFINITY;
                     for (int32_t i = g * 32; i < kvd && i < g * 32 + 32; i++)
                         lo = fminf(lo, x[r * kvd + i]), hi = fmaxf(hi, x[r * kvd + i]);
@@ -364,9 +371,10 @@ TEST(backend_ops_kv_store_copy) {
             kv_free(be, &a), kv_free(be, &a2);
             kv_free(be, &c), kv_free(be, &c2);
         }
-        NOTE("%s kv_store: max error / quantization step %.3f (4-bit), %.3f (8-bit) (tol 0.5 + 1e-4); kv_copy exact",
-             BACKENDS[b].name, worst[0], worst[1]);
+        NOTE("%s kv_store: max error / quantization step %.3f (4-bit), %.3f (8-bit) (tol 0.5 + 1e-4); bfloat16 rows "
+             "%s; kv_copy exact", BACKENDS[b].name, worst[0], worst[1], bf16_exact ? "rounded to nearest even" : "WRONG");
         CHECK(worst[0] <= 0.5001 && worst[1] <= 0.5001);
+        CHECK(bf16_exact);
         be->ops->ws_free(ws);
         free(x);
         gp_backend_free(be);
@@ -374,12 +382,13 @@ TEST(backend_ops_kv_store_copy) {
 }
 
 /* Attention over a descriptor with pinned float rows, an evicted gap, float and quantized ring rows with a wrap,
- * and a chunk whose later rows are quantized, against the definition (softmax over visible keys, double). */
-static void attention_case(gp_backend *be, int32_t hd, float softcap, double *err, int *same) {
+ * and a chunk whose later rows are quantized (keys of kb bits, values of vb: 4, 8 or 16 = bfloat16), against the
+ * definition (softmax over visible keys, double). */
+static void attention_case(gp_backend *be, int32_t hd, float softcap, int32_t kb, int32_t vb, double *err, int *same) {
     enum { NKV = 2, NH = 4, N = 5, POS0 = 14, WINDOW = 6, PINNED = 2 };
     const int32_t kvd = NKV * hd;
-    gp_kv_rows st[2] = {kv_alloc(be, 9, kvd, 4, 16), kv_alloc(be, N, kvd, 4, 16)};
-    gp_kv_rows sv[2] = {kv_alloc(be, 9, kvd, 8, 16), kv_alloc(be, N, kvd, 8, 16)};
+    gp_kv_rows st[2] = {kv_alloc(be, 9, kvd, kb, 16), kv_alloc(be, N, kvd, kb, 16)};
+    gp_kv_rows sv[2] = {kv_alloc(be, 9, kvd, vb, 16), kv_alloc(be, N, kvd, vb, 16)};
     gp_kv_desc d = {.k = {st[0], st[1]}, .v = {sv[0], sv[1]}, .window = WINDOW, .pinned = PINNED};
     /* positions -> (storage, row, quantized); positions 2..4 evicted */
     const gp_kv_seg segs[] = {{0, 2, 0, 0, 0}, {5, 9, 2, 0, 0}, {9, 12, 6, 0, 1}, {12, 14, 3, 0, 1},
@@ -453,14 +462,16 @@ TEST(backend_ops_attention) {
         double worst = 0;
         int all_same = 1;
         for (size_t i = 0; i < 3; i++)
-            for (int cap = 0; cap < 2; cap++) {
-                double e;
-                int same;
-                attention_case(be, hds[i], cap ? 1.5f : 0.0f, &e, &same);
-                worst = fmax(worst, e);
-                all_same &= same;
-            }
-        NOTE("%s attention (pinned, evicted gap, float + 4/8-bit rows, ring wrap, window, soft-cap; head_dim 12/16/32):"
+            for (int cap = 0; cap < 2; cap++)
+                for (int bf = 0; bf < 2; bf++) {
+                    double e;
+                    int same;
+                    attention_case(be, hds[i], cap ? 1.5f : 0.0f, bf ? 16 : 4, bf ? 16 : 8, &e, &same);
+                    worst = fmax(worst, e);
+                    all_same &= same;
+                }
+        NOTE("%s attention (pinned, evicted gap, float + 4/8-bit or bfloat16 rows, ring wrap, window, soft-cap; "
+             "head_dim 12/16/32):"
              " max abs error %.3g (tol 1e-5); 1 vs 3 threads %s",
              BACKENDS[b].name, worst, all_same ? "identical" : "DIFFER");
         CHECK(worst < 1e-5);
@@ -472,8 +483,8 @@ TEST(backend_ops_attention) {
 static int same_bits(gp_backend *be, gp_ws *ws, const float *a, const float *b, size_t n);
 
 /* Attention that runs the rope itself (gp_attn_args.rope, decode's fused kernel on a device) against rope_qk then
- * attention, on two copies of a cache holding pos float rows: the outputs and the stored key and value rows must
- * have the same bits.  Returns the number of differing results. */
+ * attention, on two copies of a cache holding pos float rows (bits 16: bfloat16 rows): the outputs and the stored key
+ * and value rows must have the same bits.  Returns the number of differing results. */
 static int rope_attention_case(gp_backend *be, int32_t compute, int32_t hd, int32_t G, int32_t pos, int32_t n,
                                int norm, int32_t bits) {
     enum { NKV = 2 };
@@ -490,17 +501,21 @@ static int rope_attention_case(gp_backend *be, int32_t compute, int32_t hd, int3
     gp_wt nw = make_weight(be, GP_WFMT_BF16, nv, 1, hd, ne, &hn);
     float *qkv = rand_vec((size_t)n * (nh + 2 * NKV) * hd, 63, 2), *d[2][3], *out[2];
     const size_t sz[3] = {(size_t)n * nh * hd, (size_t)n * kvd, (size_t)n * kvd};
+    uint16_t *oldh = malloc(sizeof(uint16_t) * ((size_t)rows * kvd + 1));
+    for (size_t i = 0; i < (size_t)rows * kvd; i++) oldh[i] = gp_f32_to_bf16(old[i]);
+    const int b16 = bits == 16;
     for (int c = 0; c < 2; c++) {
         ck[c] = kv_alloc(be, rows, kvd, bits, 32), cv[c] = kv_alloc(be, rows, kvd, bits, 32);
-        be->ops->upload(be, ck[c].f, old, sizeof(float) * (size_t)pos * kvd);
-        be->ops->upload(be, cv[c].f, old, sizeof(float) * (size_t)pos * kvd);
+        void *kd = b16 ? (void *)ck[c].q : ck[c].f, *vd = b16 ? (void *)cv[c].q : cv[c].f;
+        be->ops->upload(be, kd, b16 ? (const void *)oldh : old, (b16 ? 2 : 4) * (size_t)pos * kvd);
+        be->ops->upload(be, vd, b16 ? (const void *)oldh : old, (b16 ? 2 : 4) * (size_t)pos * kvd);
         for (int i = 0, o = 0; i < 3; o += (int)sz[i], i++) d[c][i] = bu_dev_from(be, qkv + o, sz[i]);
         out[c] = be->ops->alloc(be, sizeof(float) * sz[0]);
     }
     int bad = 0;
     for (int c = 0; c < 2; c++) {
         const gp_kv_dst dst = {&ck[c], &cv[c], d[c][2], pos};
-        gp_kv_desc kv = {.k = {ck[c], ck[c]}, .v = {cv[c], cv[c]}, .n_seg = 1, .seg = {{0, rows, 0, 0, 0}}};
+        gp_kv_desc kv = {.k = {ck[c], ck[c]}, .v = {cv[c], cv[c]}, .n_seg = 1, .seg = {{0, rows, 0, 0, b16}}};
         const gp_wt *qn = norm ? &nw : NULL;
         const gp_rope_args ra = {d[c][0], d[c][1], dinv, qn, qn, 1e-6f, norm == 2, &dst};
         if (!c) be->ops->rope_qk(ws, d[c][0], d[c][1], n, nh, NKV, hd, pos, dinv, qn, qn, 1e-6f, norm == 2, &dst);
@@ -509,7 +524,10 @@ static int rope_attention_case(gp_backend *be, int32_t compute, int32_t hd, int3
         be->ops->attention(ws, &a);
     }
     bad += !same_bits(be, ws, out[0], out[1], sz[0]);
-    bad += !same_bits(be, ws, ck[0].f, ck[1].f, (size_t)rows * kvd) + !same_bits(be, ws, cv[0].f, cv[1].f, (size_t)rows * kvd);
+    const size_t words = (size_t)rows * kvd / (b16 ? 2 : 1); /* (the rows as float-sized words) */
+    const float *k0 = b16 ? (const float *)ck[0].q : ck[0].f, *k1 = b16 ? (const float *)ck[1].q : ck[1].f;
+    const float *v0 = b16 ? (const float *)cv[0].q : cv[0].f, *v1 = b16 ? (const float *)cv[1].q : cv[1].f;
+    bad += !same_bits(be, ws, k0, k1, words) + !same_bits(be, ws, v0, v1, words);
     for (int c = 0; c < 2; c++) {
         kv_free(be, &ck[c]), kv_free(be, &cv[c]);
         for (int i = 0; i < 3; i++) be->ops->dealloc(be, d[c][i]);
@@ -518,7 +536,7 @@ static int rope_attention_case(gp_backend *be, int32_t compute, int32_t hd, int3
     be->ops->unbind_weight(be, &nw);
     be->ops->dealloc(be, dinv);
     be->ops->ws_free(ws);
-    free(old), free(inv), free(nv), free(ne), free(hn), free(qkv);
+    free(old), free(oldh), free(inv), free(nv), free(ne), free(hn), free(qkv);
     return bad;
 }
 
@@ -528,16 +546,19 @@ TEST(backend_ops_attention_with_rope_gives_its_parts_bits) {
         gp_backend *be = open_backend(b);
         if (!be) continue;
         int bad = 0, cases = 0;
-        for (int32_t mode = 0; mode < 3; mode++) /* f32; bf16; bf16 over a float32 cache (tensor cores on cuda) */
+        /* f32; bf16; bf16 over a float32 cache (tensor cores on cuda); bf16 and f32 over bfloat16 rows (the bf16
+         * mode's own: tensor cores on cuda) */
+        for (int32_t mode = 0; mode < 5; mode++)
             for (size_t h = 0; h < 4; h++)
                 for (size_t g = 0; g < 3; g++)
                     for (size_t p = 0; p < 5; p++)
                         for (int norm = 0; norm < 3; norm++, cases++)
-                            bad += rope_attention_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, hds[h], Gs[g],
-                                                       poss[p], p == 1 ? 3 : 1, norm, mode == 2 ? 0 : 8);
-        NOTE("%s: attention running the rope itself vs rope_qk then attention (f32 and bf16 modes, 8-bit and float32 "
-             "caches, head_dim 8-256, 1-16 heads per kv head, positions 0-200, 1 and 3 tokens, no / plain / Gemma head "
-             "norms; %d cases): %d results differ (want 0)", BACKENDS[b].name, cases, bad);
+                            bad += rope_attention_case(be, mode % 4 ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, hds[h], Gs[g],
+                                                       poss[p], p == 1 ? 3 : 1, norm,
+                                                       mode == 2 ? 0 : mode > 2 ? 16 : 8);
+        NOTE("%s: attention running the rope itself vs rope_qk then attention (f32 and bf16 modes, 8-bit, float32 and "
+             "bfloat16 caches, head_dim 8-256, 1-16 heads per kv head, positions 0-200, 1 and 3 tokens, no / plain / "
+             "Gemma head norms; %d cases): %d results differ (want 0)", BACKENDS[b].name, cases, bad);
         CHECK_EQ_INT(bad, 0);
         gp_backend_free(be);
     }

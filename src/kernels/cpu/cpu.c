@@ -248,9 +248,18 @@ typedef struct attn_job {
     int bf16;
 } attn_job;
 
-/* out [len] = elements [off, off+len) of quantized row r of s (x = q * scale[g] + min[g], g = i / group). */
+/* out [len] = elements [off, off+len) of quantized row r of s (x = q * scale[g] + min[g], g = i / group; bits 16:
+ * the bfloat16 values widened). */
 static void kv_dequant(const gp_kv_rows *s, int64_t r, int32_t off, int32_t len, float *out) {
     const uint8_t *q = s->q + r * s->row_bytes;
+    if (s->bits == 16) {
+        for (int32_t i = 0; i < len; i++) {
+            uint16_t h;
+            memcpy(&h, q + 2 * ((int64_t)off + i), 2);
+            out[i] = gp_bf16_to_f32(h);
+        }
+        return;
+    }
     const float *sc = s->scale + r * s->n_groups, *mn = s->minv + r * s->n_groups;
     for (int32_t i = off; i < off + len; i++) {
         const int32_t g = i / s->group;
@@ -446,10 +455,17 @@ static void cpu_softcap(gp_ws *ws, float *x, int64_t n, float cap) {
 }
 
 /* Affine quantization of x [kvd] into row r of s: per group, scale = (max - min) / (2^bits - 1),
- * q = round((x - min) / scale) clamped to [0, 2^bits - 1]. */
+ * q = round((x - min) / scale) clamped to [0, 2^bits - 1]; bits 16: x rounded to bfloat16. */
 static void quantize_row(const gp_kv_rows *s, int64_t r, const float *x) {
     const int32_t G = s->group, qmax = (1 << s->bits) - 1;
     uint8_t *q = s->q + r * s->row_bytes;
+    if (s->bits == 16) {
+        for (int32_t i = 0; i < s->kvd; i++) {
+            const uint16_t h = gp_f32_to_bf16(x[i]);
+            memcpy(q + 2 * (int64_t)i, &h, 2);
+        }
+        return;
+    }
     float *scale = s->scale + r * s->n_groups, *minv = s->minv + r * s->n_groups;
     memset(q, 0, (size_t)s->row_bytes);
     for (int32_t g = 0; g < s->n_groups; g++) {
@@ -542,7 +558,7 @@ static void cpu_rope_qk(gp_ws *ws, float *q, float *k, int32_t n, int32_t nh, in
     if (kn && kn->data) cpu_rmsnorm(ws, k, k, kn, n * nkv, hd, eps, plus_one);
     cpu_rope(ws, q, n, nh, hd, pos0, inv_freq);
     cpu_rope(ws, k, n, nkv, hd, pos0, inv_freq);
-    if (dst) cpu_kv_store(ws, dst->k, dst->v, dst->r0, k, dst->vals, n, 0);
+    if (dst) cpu_kv_store(ws, dst->k, dst->v, dst->r0, k, dst->vals, n, dst->k->bits == 16);
 }
 
 

@@ -110,9 +110,11 @@ struct attn_plan {
     int dbuf;            /* decode: a second staging buffer after the queries (split_decode's loop; attn_decode) */
 };
 
-/* Element i of row r of storage st: float32, or q * scale + min of its group (the CPU's two float32 roundings). */
+/* Element i of row r of storage st: float32, bfloat16 (bits 16) widened, or q * scale + min of its group (the CPU's
+ * two float32 roundings). */
 __device__ __forceinline__ float kv_at(const gp_cu_kv_rows &st, int quant, int64_t r, int32_t i) {
     if (!quant) return st.f[r * st.kvd + i];
+    if (st.bits == 16) return __bfloat162float(((const __nv_bfloat16 *)st.q)[r * st.kvd + i]);
     const uint8_t *q = st.q + r * st.row_bytes;
     const int32_t g = i / st.group;
     const int v = st.bits == 8 ? q[i] : (q[i >> 1] >> ((i & 1) * 4)) & 15;
@@ -124,6 +126,13 @@ __device__ __forceinline__ float kv_at(const gp_cu_kv_rows &st, int quant, int64
  * decode step's attention). */
 __device__ __noinline__ float4 kv_at4(const gp_cu_kv_rows &st, int64_t r, int32_t e) {
     return make_float4(kv_at(st, 1, r, e), kv_at(st, 1, r, e + 1), kv_at(st, 1, r, e + 2), kv_at(st, 1, r, e + 3));
+}
+
+/* Four bfloat16 values at p (8-byte aligned) widened to float32. */
+__device__ __forceinline__ float4 bf16x4(const uint8_t *p) {
+    const uint2 w = *(const uint2 *)p;
+    return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u), __uint_as_float(w.y << 16),
+                       __uint_as_float(w.y & 0xffff0000u));
 }
 
 /* A decode call's values that change every step, in device memory when the step is recorded as a graph
@@ -222,6 +231,9 @@ __device__ void stage_split(const gp_cu_attn &a, const attn_desc_sm *d, int32_t 
             if (!S.quant) {
                 kv[u] = *(const float4 *)(K.f + r * K.kvd + off + 4 * f);
                 vv[u] = *(const float4 *)(V.f + r * V.kvd + off + 4 * f);
+            } else if (K.bits == 16) { /* bfloat16 rows: 8 bytes a vector, widened */
+                kv[u] = bf16x4(K.q + 2 * (r * K.kvd + off + 4 * f));
+                vv[u] = bf16x4(V.q + 2 * (r * V.kvd + off + 4 * f));
             } else {
                 kv[u] = kv_at4(K, r, off + 4 * f);
                 vv[u] = kv_at4(V, r, off + 4 * f);
@@ -465,9 +477,17 @@ __device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out
     fold_parts_by<NE>(ns, hd, out, bf, [&](int32_t b, int32_t i) { return __ldcg(part + (size_t)b * (hd + 2) + i); });
 }
 
+/* Element o of the new key k and value v into the cache rows kf, vf and the staged rows *ks, *vs: as the rows hold
+ * them (a.kb: rounded to bfloat16, kv_put's rows). */
+__device__ __forceinline__ void store_new(const gp_cu_attn &a, size_t o, float *ks, float *vs, float k, float v) {
+    if (a.kb) k = bf16r(k), v = bf16r(v);
+    kv_put(a.kf, a.kb, o, k), kv_put(a.vf, a.kb, o, v);
+    *ks = k, *vs = v;
+}
+
 /* Decode's jobs before its first split (keys j0 ..), a warp a job: the group's queries w < G copied to qsm [G][hd]
  * and, where that split holds p with the rope inside, the new key (job G), each rotated after its norm (qn, kn:
- * norm_in's float32 copies), the key stored with its value rv at kf, vf (row r0 of the cache's float rows) and ks, vs
+ * norm_in's float32 copies), the key stored with its value rv at kf, vf (row r0 of the cache's rows: store_new) and ks, vs
  * (the staged row of its position, which stage_split skipped).  One call site of the rope for both: the code is fetched
  * cold every launch, so the jobs share what one of them fetches (BENCHMARKS.md).  PLAIN (hd = 32 NE): lane l holds
  * elements l + 32 j in registers from the loads to the stores (rope_head_regs: rope_head_warp's bits without its
@@ -498,16 +518,13 @@ __device__ __forceinline__ void decode_jobs(const gp_cu_attn &a, const attn_plan
             for (int j = 0; j < NE; j++) {
                 const int e = lane + 32 * j;
                 if (!key) x[e] = v[j];
-                else a.kf[o + e] = ks[i * pl.ld + e] = v[j], a.vf[o + e] = vs[i * pl.ld + e] = r[j];
+                else store_new(a, o + e, ks + i * pl.ld + e, vs + i * pl.ld + e, v[j], r[j]);
             }
         } else {
             for (int e = lane; e < hd; e += 32) x[e] = src[e];
             if (early) rope_head_warp<true>(x, hd, g, a.eps, a.plus_one, pl.bf, cs);
             if (!key) continue;
-            for (int e = lane; e < hd; e += 32) {
-                const float v = rv[e];
-                a.kf[o + e] = ks[i * pl.ld + e] = x[e], a.vf[o + e] = vs[i * pl.ld + e] = v;
-            }
+            for (int e = lane; e < hd; e += 32) store_new(a, o + e, ks + i * pl.ld + e, vs + i * pl.ld + e, x[e], rv[e]);
         }
     }
 }
@@ -800,7 +817,8 @@ __device__ __forceinline__ void put_frag(float *p, int seen, float m, float l, c
 
 /* Split s's keys and values for kv head kvh into ks, vs [SPLIT][ld] by cp.async (one group, not waited for; zeros for
  * the positions not held, held[i] marks the others): the tensor-core chunk's staging and a looping decode block's
- * next split, their rows all float32 (inlined there; stage_async is the chunk kernels' call, their code as before). */
+ * next split, their rows all float32 (inlined there; stage_async is the chunk kernels' call, which stages bfloat16
+ * rows by stage_split instead). */
 __device__ __forceinline__ void stage_async_in(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh,
                                                int32_t ld, float *ks, float *vs, uint8_t *held) {
     const int32_t j0 = s * SPLIT, off = kvh * a.head_dim;
@@ -823,7 +841,10 @@ __device__ __forceinline__ void stage_async_in(const gp_cu_attn &a, const attn_d
 }
 __device__ void stage_async(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld, float *ks,
                             float *vs, uint8_t *held) {
-    stage_async_in(a, d, s, kvh, ld, ks, vs, held);
+    if (d->rows[0].bits == 16) /* bfloat16 rows (cp.async copies bytes as they are): loaded and widened, zeros */
+        stage_split<4, true>(a, d, s, kvh, ld, ks, vs, held);
+    else
+        stage_async_in(a, d, s, kvh, ld, ks, vs, held);
 }
 
 /* The landed float32 split (ks, vs [SPLIT][ld]) as the bf16 copy frags_bf16 reads (kb [SPLIT][ldk] in column order,
@@ -1346,10 +1367,11 @@ extern "C" int gp_cu_attn_prepare(void) {
 }
 
 /* Whether a call runs on tensor cores (decode_mma, attn_mma_chunk_kernel): the bf16 mode's flash path over
- * float32 cache rows, head_dim a multiple of 8 up to 128, at most 16 heads a kv head.  It depends on the model and
+ * float32 or bfloat16 cache rows, head_dim a multiple of 8 up to 128, at most 16 heads a kv head.  It depends on the model and
  * the cache alone. */
 static int attn_mma(const gp_cu_attn *a, const attn_plan *pl) {
-    return pl->bf && a->softcap <= 0 && a->k[0].bits == 0 && a->head_dim % 8 == 0 && a->head_dim <= 128 &&
+    return pl->bf && a->softcap <= 0 && (a->k[0].bits == 0 || a->k[0].bits == 16) && a->head_dim % 8 == 0 &&
+           a->head_dim <= 128 &&
            pl->G <= 16;
 }
 
@@ -1400,7 +1422,7 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
         /* blocks that take several splits stage the next one while they compute (split_decode's pre) where a second
          * buffer keeps two blocks a multiprocessor (228 KB, 9 KB a block for its static arrays and the runtime) */
         static const int dbuf_on = env_int("GP_CU_ATTN_DBUF", 1); /* (0: each split staged in turn) */
-        pc.dbuf = dbuf_on && nb < ns && 2 * (sh + tiles + 9216) <= 233472;
+        pc.dbuf = dbuf_on && nb < ns && 2 * (sh + tiles + 9216) <= 233472 && a->k[0].bits != 16; /* (float rows) */
         launch(split_kernels[mma ? 2 + 2 * plain : pl.G > 8 ? 1 : plain ? 3 : 0][ne], grid, blk,
                pc.dbuf ? sh + tiles : sh, d, c, pc, var);
     }

@@ -360,15 +360,23 @@ static void cu_linear_add(gp_ws *ws, float *y, float *tmp, const float *x, const
 
 static void cu_rope(gp_ws *ws, float *x, int32_t n, int32_t heads, int32_t hd, int32_t pos0, const float *inv_freq) {
     check(ws, gp_cu_rope_qk(ws_of(ws)->d, x, NULL, n, heads, 0, hd, pos0, inv_freq, NULL, NULL, 0.0f, 0, NULL, NULL,
-                            NULL, 0), "rope");
+                            NULL, 0, 0), "rope");
+}
+
+/* The rows rope_qk stores into: float32, or (bits 16) bfloat16 ones, passed as float * with *b16 set. */
+static float *dst_rows(const gp_kv_rows *r, int *b16) {
+    *b16 = r->bits == 16;
+    return *b16 ? (float *)(void *)r->q : r->f;
 }
 
 static void cu_rope_qk(gp_ws *ws, float *q, float *k, int32_t n, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
                        const float *inv_freq, const gp_wt *qn, const gp_wt *kn, float eps, int plus_one,
                        const gp_kv_dst *dst) {
     const gp_cu_wt none = {0}, Q = qn ? cw(qn) : none, K = kn ? cw(kn) : none;
-    check(ws, gp_cu_rope_qk(ws_of(ws)->d, q, k, n, nh, nkv, hd, pos0, inv_freq, &Q, &K, eps, plus_one,
-                            dst ? dst->k->f : NULL, dst ? dst->v->f : NULL, dst ? dst->vals : NULL, dst ? dst->r0 : 0),
+    int kb = 0;
+    float *kf = dst ? dst_rows(dst->k, &kb) : NULL, *vf = dst ? dst_rows(dst->v, &kb) : NULL;
+    check(ws, gp_cu_rope_qk(ws_of(ws)->d, q, k, n, nh, nkv, hd, pos0, inv_freq, &Q, &K, eps, plus_one, kf, vf,
+                            dst ? dst->vals : NULL, dst ? dst->r0 : 0, kb),
           "rope");
 }
 
@@ -415,12 +423,15 @@ static void cu_kv_copy(gp_ws *ws, const gp_kv_rows *dk, const gp_kv_rows *dv, in
     check(ws, gp_cu_kv_copy(ws_of(ws)->d, &DK, &DV, d0, &SK, &SV, s0, n, quant), "kv_copy");
 }
 
-/* Decode's rope inside the attention kernel (one token, float rows at dst), else the rope kernel first. */
+/* Decode's rope inside the attention kernel (one token, float32 or bfloat16 rows at dst), else the rope kernel
+ * first. */
 static void attn_rope(gp_ws *ws, const gp_attn_args *a, gp_cu_attn *c) {
     const gp_rope_args *r = a->rope;
-    if (a->n == 1 && a->head_dim % 2 == 0 && r->dst && r->dst->k->f && r->dst->v->f) {
+    int kb = 0;
+    float *kf = r->dst ? dst_rows(r->dst->k, &kb) : NULL, *vf = r->dst ? dst_rows(r->dst->v, &kb) : NULL;
+    if (a->n == 1 && a->head_dim % 2 == 0 && kf && vf) {
         const gp_cu_wt none = {0};
-        c->rk = r->k, c->rv = r->dst->vals, c->kf = r->dst->k->f, c->vf = r->dst->v->f, c->r0 = r->dst->r0;
+        c->rk = r->k, c->rv = r->dst->vals, c->kf = kf, c->vf = vf, c->r0 = r->dst->r0, c->kb = kb;
         c->inv_freq = r->inv_freq, c->eps = r->eps, c->plus_one = r->plus_one;
         c->qn = r->q_norm ? cw(r->q_norm) : none, c->kn = r->k_norm ? cw(r->k_norm) : none;
         return;

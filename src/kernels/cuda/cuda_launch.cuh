@@ -105,6 +105,12 @@ static inline void by_dtype(int dt, F f) {
 /* x rounded to the nearest bfloat16 (ties to even), as a float: what a torch bf16 tensor holds (the bf16 mode). */
 __device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+/* Element i of a cache row store: float32, or (b16: bfloat16 rows, gp_cu_kv_rows bits 16) x rounded to bfloat16. */
+__device__ __forceinline__ void kv_put(float *base, bool b16, int64_t i, float x) {
+    if (b16) reinterpret_cast<__nv_bfloat16 *>(base)[i] = __float2bfloat16_rn(x);
+    else base[i] = x;
+}
+
 /* A projection's output: the product s (times alpha, the LoRA scale) + bias b, rounded as the bf16 mode's linear
  * under GP_CU_ROUND (the sum + bf16(b) rounded once); mm_store writes it, or adds it to *o under GP_CU_ACC (the
  * residual add: y + v rounded again in the bf16 mode).  Every projection kernel ends with these two. */

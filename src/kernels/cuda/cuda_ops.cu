@@ -49,7 +49,7 @@ template <int J>
 __device__ __forceinline__ void rope_qk_regs(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, float2 *cs,
                                              float p, const float *inv_freq, const gp_cu_wt &qn, const gp_cu_wt &kn,
                                              float eps, int plus_one, int bf, float *kf, float *vf, const float *v,
-                                             int32_t r0) {
+                                             int32_t r0, int kb) {
     float *gw = (float *)(cs + hd / 2); /* [2][hd]: q's norm weights, k's */
     rope_angles(cs, hd / 2, p, inv_freq, bf);
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
@@ -88,7 +88,7 @@ __device__ __forceinline__ void rope_qk_regs(float *q, float *k, int32_t nh, int
             const size_t o = (size_t)(r0 + t) * kvd + (size_t)(h - nh) * hd + lane;
             const size_t src = (size_t)t * kvd + (size_t)(h - nh) * hd + lane;
 #pragma unroll
-            for (int j = 0; j < J; j++) kf[o + 32 * j] = r[b][j], vf[o + 32 * j] = v[src + 32 * j];
+            for (int j = 0; j < J; j++) kv_put(kf, kb, o + 32 * j, r[b][j]), kv_put(vf, kb, o + 32 * j, v[src + 32 * j]);
         }
     }
 }
@@ -96,16 +96,16 @@ __device__ __forceinline__ void rope_qk_regs(float *q, float *k, int32_t nh, int
 /* Block per token t of q [n, nh, hd] and k [n, nkv, hd]: the angles' cos and sin once into shared memory, then warp w
  * takes heads w, w + warps, ... (q's, then k's) as rope_head_warp does (RMS-normalized by the head's norm weight when
  * given, with rmsnorm_kernel's bits; rotated at position pos0 + t); with kf, a k head and its v head also go to row
- * r0 + t of the cache's float rows.  J > 0 (hd = 32 J): rope_qk_regs. */
+ * r0 + t of the cache's rows (kb: bfloat16 rows, kv_put).  J > 0 (hd = 32 J): rope_qk_regs. */
 template <int J>
 __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
                                const float *inv_freq, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one, int bf,
-                               float *kf, float *vf, const float *v, int32_t r0) {
+                               float *kf, float *vf, const float *v, int32_t r0, int kb) {
     extern __shared__ float2 cs[]; /* [hd / 2] (J > 0: then the norms' weights, rope_qk_regs) */
     const int32_t t = blockIdx.x, half = hd / 2, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const float p = (float)(pos0 + t);
     if constexpr (J > 0) {
-        rope_qk_regs<J>(q, k, nh, nkv, hd, cs, p, inv_freq, qn, kn, eps, plus_one, bf, kf, vf, v, r0);
+        rope_qk_regs<J>(q, k, nh, nkv, hd, cs, p, inv_freq, qn, kn, eps, plus_one, bf, kf, vf, v, r0, kb);
         return;
     }
     pdl_enter();
@@ -117,7 +117,7 @@ __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int3
         rope_head_warp(x, hd, h < nh ? qn : kn, eps, plus_one, bf, cs);
         if (!kf || h < nh) continue;
         const size_t o = (size_t)(r0 + t) * kvd + (size_t)(h - nh) * hd, src = (size_t)t * kvd + (size_t)(h - nh) * hd;
-        for (int i = lane; i < hd; i += 32) kf[o + i] = x[i], vf[o + i] = v[src + i];
+        for (int i = lane; i < hd; i += 32) kv_put(kf, kb, o + i, x[i]), kv_put(vf, kb, o + i, v[src + i]);
     }
 }
 
@@ -125,21 +125,21 @@ __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int3
  * threads a token */
 static void launch_rope_qk(gp_cu *d, int32_t n, int32_t hd, float *q, float *k, int32_t nh, int32_t nkv, int32_t pos0,
                            const float *inv_freq, const gp_cu_wt &gq, const gp_cu_wt &gk, float eps, int plus_one,
-                           float *kf, float *vf, const float *v, int32_t r0) {
+                           float *kf, float *vf, const float *v, int32_t r0, int kb) {
     const int J = hd % 64 == 0 && hd <= 256 ? hd / 32 : 0, bf = gp_cu_bf16(d);
     const size_t sh = (size_t)(hd / 2) * sizeof(float2) + (J ? (size_t)2 * hd * sizeof(float) : 0);
     auto kern = J == 2 ? rope_qk_kernel<2> : J == 4 ? rope_qk_kernel<4> : J == 6 ? rope_qk_kernel<6>
               : J == 8 ? rope_qk_kernel<8> : rope_qk_kernel<0>;
-    launch(kern, n, 256, sh, d, q, k, nh, nkv, hd, pos0, inv_freq, gq, gk, eps, plus_one, bf, kf, vf, v, r0);
+    launch(kern, n, 256, sh, d, q, k, nh, nkv, hd, pos0, inv_freq, gq, gk, eps, plus_one, bf, kf, vf, v, r0, kb);
 }
 
 extern "C" int gp_cu_rope_qk(gp_cu *d, float *q, float *k, int32_t n, int32_t nh, int32_t nkv, int32_t hd,
                              int32_t pos0, const float *inv_freq, const gp_cu_wt *qn, const gp_cu_wt *kn, float eps,
-                             int plus_one, float *kf, float *vf, const float *v, int32_t r0) {
+                             int plus_one, float *kf, float *vf, const float *v, int32_t r0, int kb) {
     if (n <= 0 || nh + nkv <= 0 || hd < 2) return 0;
     const gp_cu_wt none = {};
     const gp_cu_wt gq = qn && qn->data ? *qn : none, gk = kn && kn->data ? *kn : none;
-    launch_rope_qk(d, n, hd, q, k, nh, nkv, pos0, inv_freq, gq, gk, eps, plus_one, kf, vf, v, r0);
+    launch_rope_qk(d, n, hd, q, k, nh, nkv, pos0, inv_freq, gq, gk, eps, plus_one, kf, vf, v, r0, kb);
     return (int)cudaGetLastError();
 }
 
@@ -261,6 +261,15 @@ __global__ void kv_copy_f_kernel(float *dk, float *dv, const float *sk, const fl
         y[i] = x[i];
 }
 
+/* y[i] = x[i] rounded to bfloat16 for the keys and values (blockIdx.y 0 / 1): bfloat16 rows, grid-stride. */
+__global__ void kv_bf16_kernel(float *dk, float *dv, const float *k, const float *v, int64_t n) {
+    pdl_enter();
+    float *y = blockIdx.y ? dv : dk;
+    const float *x = blockIdx.y ? v : k;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        kv_put(y, true, i, x[i]);
+}
+
 /* One byte range of a quantized-row copy (blockIdx.y picks the range). */
 struct copy_ranges {
     uint8_t *dst[6];
@@ -279,7 +288,11 @@ __global__ void kv_copy_q_kernel(copy_ranges c) {
 extern "C" int gp_cu_kv_store(gp_cu *d, const gp_cu_kv_rows *dk, const gp_cu_kv_rows *dv, int32_t r0, const float *k,
                               const float *v, int32_t n, int quant) {
     if (n <= 0) return 0;
-    if (quant) {
+    if (quant && dk->bits == 16) {
+        const int64_t total = (int64_t)n * dk->kvd, o = (int64_t)r0 * dk->kvd * 2; /* (bytes) */
+        launch(kv_bf16_kernel, dim3((unsigned)grid_for(total, 256), 2), 256, 0, d, (float *)(void *)(dk->q + o),
+               (float *)(void *)(dv->q + o), k, v, total);
+    } else if (quant) {
         const int32_t ng = dk->n_groups > dv->n_groups ? dk->n_groups : dv->n_groups;
         launch(kv_quant_kernel, dim3((unsigned)(n * ng), 2), 32, 0, d, *dk, *dv, r0, k, v);
     } else {

@@ -184,11 +184,11 @@ int gp_cu_rmsnorm(gp_cu *d, float *y, const float *x, const gp_cu_wt *w, int32_t
                   int plus_one);
 /* q [n, nh, hd] and k [n, nkv, hd] (k may be NULL with nkv 0): each head RMS-normalized by qn / kn first when they
  * are given (data != NULL; gp_cu_rmsnorm's bits), then rotated in place (rotate_half) at positions pos0 + t;
- * inv_freq [hd/2] (device).  With kf (not NULL): the rotated keys and v [n, nkv * hd] are also written to the float
- * rows r0 + t of kf and vf ([rows, nkv * hd]). */
+ * inv_freq [hd/2] (device).  With kf (not NULL): the rotated keys and v [n, nkv * hd] are also written to the rows
+ * r0 + t of kf and vf ([rows, nkv * hd]: float32, or kb: bfloat16, rounded to nearest even). */
 int gp_cu_rope_qk(gp_cu *d, float *q, float *k, int32_t n, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
                   const float *inv_freq, const gp_cu_wt *qn, const gp_cu_wt *kn, float eps, int plus_one, float *kf,
-                  float *vf, const float *v, int32_t r0);
+                  float *vf, const float *v, int32_t r0, int kb);
 /* y [n, table.cols] = table[ids[t]] * scale; ids [n] on the device; any weight format. */
 int gp_cu_embed(gp_cu *d, float *y, const int32_t *ids, int32_t n, const gp_cu_wt *table, float scale);
 /* gate [n] = act(gate) * up [n] */
@@ -200,8 +200,9 @@ int gp_cu_add_rows(gp_cu *d, float *y, const float *v, float alpha, int32_t n, i
 /* x [n] = cap * tanh(x / cap) */
 int gp_cu_softcap(gp_cu *d, float *x, int64_t n, float cap);
 
-/* Key or value rows of one layer (gp_kv_rows of backend.h): float32 rows at f + r*kvd, or affine-quantized rows at
- * q + r*row_bytes with per-group scale/min [n_groups] (8-bit one per byte, 4-bit two per byte, low nibble first). */
+/* Key or value rows of one layer (gp_kv_rows of backend.h): float32 rows at f + r*kvd, or at q + r*row_bytes bfloat16
+ * rows (bits 16) or affine-quantized ones with per-group scale/min [n_groups] (8-bit one per byte, 4-bit two per byte,
+ * low nibble first). */
 typedef struct gp_cu_kv_rows {
     float *f;
     uint8_t *q;
@@ -211,7 +212,7 @@ typedef struct gp_cu_kv_rows {
 GP_CU_NO_PADDING(gp_cu_kv_rows, 4 * 8 + 6 * 4);
 
 /* rows [r0, r0+n) of dk and dv = k, v [n, kvd], quantized (per group: scale = (max - min) / (2^bits - 1), q =
- * round((x - min) / scale)) when quant, else copied. */
+ * round((x - min) / scale); bits 16: rounded to bfloat16) when quant, else copied. */
 int gp_cu_kv_store(gp_cu *d, const gp_cu_kv_rows *dk, const gp_cu_kv_rows *dv, int32_t r0, const float *k,
                    const float *v, int32_t n, int quant);
 /* rows [d0, d0+n) of dk, dv = rows [s0, s0+n) of sk, sv (same layout; regions may not overlap). */
@@ -241,13 +242,13 @@ typedef struct gp_cu_attn {
     float *part;                 /* scratch, gp_cu_attn_part_floats(...) floats */
     uint32_t *count;             /* [GP_CU_ATTN_MAX_KV] zeros: decode's split tickets (each call leaves them 0) */
     /* decode with the rope inside (rk != NULL, n == 1): q and the keys rk [n_kv, head_dim] are rotated at pos0 after
-     * the per-head norms qn, kn (data NULL: none), and the rotated keys and the values rv go to float row r0 of kf,
-     * vf (the cache rows the descriptor reads for pos0): gp_cu_rope_qk's bits */
+     * the per-head norms qn, kn (data NULL: none), and the rotated keys and the values rv go to row r0 of kf, vf
+     * (the cache rows the descriptor reads for pos0; kb: bfloat16 rows): gp_cu_rope_qk's bits */
     float *rk, *kf, *vf;
     const float *rv, *inv_freq;
     gp_cu_wt qn, kn;
     float eps;
-    int32_t plus_one, r0, pad;
+    int32_t plus_one, r0, kb;
 } gp_cu_attn;
 GP_CU_NO_PADDING(gp_cu_attn, 2 * 8 + 4 * sizeof(gp_cu_kv_rows) + GP_CU_KV_MAX_SEGS * 16 + 8 * 4 + 2 * 4 + 7 * 8 +
                                  2 * sizeof(gp_cu_wt) + 4 * 4);
