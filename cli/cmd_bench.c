@@ -37,7 +37,8 @@ static void help(FILE *f) {
                "  --format F      md (default) or json\n"
                "  --device D      cpu (default) or cuda (a `make cuda` build and a GPU)\n"
                "  --compute C     f32 (default) or bf16 (activations rounded as transformers' bf16 forward)\n"
-               "  --kv-bits N     cache rows: 0 or 32 (default: float32), 16 (bfloat16), 4 or 8 (quantized)\n"
+               "  --kv-bits N     cache rows: 0 (default: float32, bfloat16 with --compute bf16 on cuda), 16\n"
+               "                  (bfloat16), 32 (float32), 4 or 8 (quantized)\n"
                "  --bandwidth-mib N  buffer of the bandwidth measurement (default 1024; 0 skips it): the CPU's read\n"
                "                     bandwidth, or with --device cuda the GPU's copy bandwidth (bytes read + written)\n"
                "  --bandwidth-gbs N  take N GB/s as the memory bandwidth instead of measuring it\n");

@@ -268,9 +268,10 @@ typedef struct gp_ctx_params {
                               most recent N - keep positions up to p; memory stays bounded however long the run */
     int32_t keep;          /* rotating: positions never evicted; -1 (default): mlx-lm's 4 (at most max_kv_size - 1)
                               with a rotating cache, else 0; an explicit keep > 0 needs max_kv_size > 0 */
-    int32_t kv_bits;       /* 0 (default) or 32: float32 rows; 16: bfloat16 rows, half the bytes (GP_COMPUTE_BF16
-                              rounds keys and values to bfloat16 before they are stored: the same logits; in
-                              GP_COMPUTE_F32 they are rounded when stored); 4 or 8: affine-quantized rows */
+    int32_t kv_bits;       /* 0 (default): float32 rows, or bfloat16 rows with GP_COMPUTE_BF16 on GP_DEVICE_CUDA;
+                              16: bfloat16 rows, half the bytes (GP_COMPUTE_BF16 rounds keys and values to bfloat16
+                              before they are stored: the same logits; GP_COMPUTE_F32 rounds them when stored);
+                              32: float32 rows; 4 or 8: affine-quantized rows */
     int32_t kv_group_size; /* quantization group along a position's [n_kv_heads * head_dim] row: 32, 64 (default),
                               128; the last group of a row may be shorter */
     int32_t quantized_kv_start; /* positions before this stay float32 (default 0) */

@@ -227,11 +227,11 @@ TEST(bf16_mode_invariant_to_threads_and_chunks) {
     gp_model_free(m);
 }
 
-/* The bf16 mode's bfloat16 cache rows (kv_bits 16) against float32 rows (kv_bits 0) on device dev: every fixture
- * model, a prompt of 9 in chunks of 4 then 12 decode steps, plain and rotating (max_kv_size 8, so the ring wraps and
- * chunks are staged): every position's logits bit-identical (the mode rounds keys and values to bfloat16 before they
- * are stored), the cache half the bytes.  Returns the runs compared (*want: two a model found), or -1 when the device
- * is not there. */
+/* The bf16 mode's bfloat16 cache rows (kv_bits 16; the default on CUDA) against float32 rows (kv_bits 32) on device
+ * dev: every fixture model, a prompt of 9 in chunks of 4 then 12 decode steps, plain and rotating (max_kv_size 8, so
+ * the ring wraps and chunks are staged): every position's logits bit-identical (the mode rounds keys and values to
+ * bfloat16 before they are stored), the cache half the bytes.  Returns the runs compared (*want: two a model found),
+ * or -1 when the device is not there. */
 static int rows_runs(int32_t dev, int *want) {
     static const char *const models[] = {"tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2",
                                          "tiny-gemma3"};
@@ -250,7 +250,7 @@ static int rows_runs(int32_t dev, int *want) {
             for (int r = 0; r < 2; r++) {
                 gp_ctx_params p = gp_ctx_default_params();
                 p.compute = GP_COMPUTE_BF16, p.device = dev, p.n_ctx = 64, p.prefill_chunk = 4, p.n_threads = 1;
-                p.kv_bits = r ? 0 : 16, p.max_kv_size = rot ? 8 : 0;
+                p.kv_bits = r ? 32 : 16, p.max_kv_size = rot ? 8 : 0;
                 gp_ctx *c = NULL;
                 gp_status st = gp_ctx_init(m, &p, &c);
                 if (st == GP_ERR_UNSUPPORTED && dev == GP_DEVICE_CUDA) {

@@ -484,6 +484,13 @@ __device__ __forceinline__ void store_new(const gp_cu_attn &a, size_t o, float *
     kv_put(a.kf, a.kb, o, k), kv_put(a.vf, a.kb, o, v);
     *ks = k, *vs = v;
 }
+/* (bfloat16 staged rows, split_decode16's: the cache's rows are bfloat16) */
+__device__ __forceinline__ void store_new(const gp_cu_attn &a, size_t o, uint16_t *ks, uint16_t *vs, float k,
+                                          float v) {
+    const __nv_bfloat16 kh = __float2bfloat16_rn(k), vh = __float2bfloat16_rn(v);
+    reinterpret_cast<__nv_bfloat16 *>(a.kf)[o] = kh, reinterpret_cast<__nv_bfloat16 *>(a.vf)[o] = vh;
+    *ks = __bfloat16_as_ushort(kh), *vs = __bfloat16_as_ushort(vh);
+}
 
 /* Decode's jobs before its first split (keys j0 ..), a warp a job: the group's queries w < G copied to qsm [G][hd]
  * and, where that split holds p with the rope inside, the new key (job G), each rotated after its norm (qn, kn:
@@ -492,10 +499,10 @@ __device__ __forceinline__ void store_new(const gp_cu_attn &a, size_t o, float *
  * cold every launch, so the jobs share what one of them fetches (BENCHMARKS.md).  PLAIN (hd = 32 NE): lane l holds
  * elements l + 32 j in registers from the loads to the stores (rope_head_regs: rope_head_warp's bits without its
  * round trips through shared memory after the wait; Qwen3-0.6B's jobs 2,420 -> 1,756 cycles); else through qsm. */
-template <int NE, bool PLAIN>
+template <int NE, bool PLAIN, typename T>
 __device__ __forceinline__ void decode_jobs(const gp_cu_attn &a, const attn_plan &pl, const attn_desc_sm &d,
-                                            int32_t j0, float *qsm, float *ks, float *vs, const float2 *cs,
-                                            const gp_cu_wt &qn, const gp_cu_wt &kn) {
+                                            int32_t j0, float *qsm, T *ks, T *vs, int32_t ldk, int32_t ldv,
+                                            const float2 *cs, const gp_cu_wt &qn, const gp_cu_wt &kn) {
     const int lane = threadIdx.x & 31, hd = a.head_dim;
     const int32_t kvh = blockIdx.y, p = d.pos0;
     const bool early = a.rk != NULL;
@@ -518,13 +525,13 @@ __device__ __forceinline__ void decode_jobs(const gp_cu_attn &a, const attn_plan
             for (int j = 0; j < NE; j++) {
                 const int e = lane + 32 * j;
                 if (!key) x[e] = v[j];
-                else store_new(a, o + e, ks + i * pl.ld + e, vs + i * pl.ld + e, v[j], r[j]);
+                else store_new(a, o + e, ks + i * ldk + e, vs + i * ldv + e, v[j], r[j]);
             }
         } else {
             for (int e = lane; e < hd; e += 32) x[e] = src[e];
             if (early) rope_head_warp<true>(x, hd, g, a.eps, a.plus_one, pl.bf, cs);
             if (!key) continue;
-            for (int e = lane; e < hd; e += 32) store_new(a, o + e, ks + i * pl.ld + e, vs + i * pl.ld + e, x[e], rv[e]);
+            for (int e = lane; e < hd; e += 32) store_new(a, o + e, ks + i * ldk + e, vs + i * ldv + e, x[e], rv[e]);
         }
     }
 }
@@ -617,6 +624,24 @@ struct frags_bf16 {
     __device__ __forceinline__ uint2 vfrag(int col, int k) const {
         const uint32_t *v = vt + col * VT_LD + k / 2;
         return make_uint2(v[0], v[4]);
+    }
+};
+
+/* bfloat16 rows as the cache holds them (split_decode16): keys ks [SPLIT][hd + K16_PAD], values vs [SPLIT][hd +
+ * V16_PAD] (conflict-free fragment reads), the fragments frags_f32 packs from the same values widened. */
+#define K16_PAD 32
+#define V16_PAD 8
+struct frags_rows16 {
+    const uint16_t *ks, *vs;
+    int32_t hd;
+    __device__ __forceinline__ uint4 kfrag(int i, int ch) const {
+        const int k = 32 * ch + 8 * (threadIdx.x & 3);
+        return k < hd ? *(const uint4 *)(ks + i * (hd + K16_PAD) + k) : make_uint4(0, 0, 0, 0);
+    }
+    __device__ __forceinline__ uint2 vfrag(int col, int k) const {
+        const int32_t ld = hd + V16_PAD;
+        const uint16_t *v = vs + k * ld + col;
+        return make_uint2((uint32_t)v[0] | (uint32_t)v[ld] << 16, (uint32_t)v[8 * ld] | (uint32_t)v[9 * ld] << 16);
     }
 };
 
@@ -839,12 +864,11 @@ __device__ __forceinline__ void stage_async_in(const gp_cu_attn &a, const attn_d
     }
     cp_commit();
 }
+template <bool B16 = false> /* B16: bfloat16 rows (cp.async copies bytes as they are): loaded, widened, zeros */
 __device__ void stage_async(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh, int32_t ld, float *ks,
                             float *vs, uint8_t *held) {
-    if (d->rows[0].bits == 16) /* bfloat16 rows (cp.async copies bytes as they are): loaded and widened, zeros */
-        stage_split<4, true>(a, d, s, kvh, ld, ks, vs, held);
-    else
-        stage_async_in(a, d, s, kvh, ld, ks, vs, held);
+    if constexpr (B16) stage_split<4, true>(a, d, s, kvh, ld, ks, vs, held);
+    else stage_async_in(a, d, s, kvh, ld, ks, vs, held);
 }
 
 /* The landed float32 split (ks, vs [SPLIT][ld]) as the bf16 copy frags_bf16 reads (kb [SPLIT][ldk] in column order,
@@ -897,7 +921,8 @@ __global__ void __launch_bounds__(256) attn_kv_bf16_kernel(gp_cu_attn a, attn_pl
     float *ks = smem, *vs = ks + SPLIT * pl.ld;
     desc_to_smem(a, pl, NULL, &d);
     __syncthreads();
-    stage_async(a, &d, (c.p0 + i0) / SPLIT, kvh, pl.ld, ks, vs, held);
+    if (a.k[0].bits == 16) stage_async<true>(a, &d, (c.p0 + i0) / SPLIT, kvh, pl.ld, ks, vs, held);
+    else stage_async(a, &d, (c.p0 + i0) / SPLIT, kvh, pl.ld, ks, vs, held);
     cp_wait<0>();
     __syncthreads();
     split_to_bf16(ks, vs, pl.ld, hd, c.k + ((size_t)kvh * c.np + i0) * hd, hd,
@@ -926,7 +951,7 @@ __device__ void stage_copy_async(const attn_pre &c, int32_t s, int32_t kvh, int3
  * i % G); the splits as attn_chunk_kernel takes and folds them, each copied by cp.async while the one before is
  * computed, then to bf16 — or, PRE, copied from attn_pre's bf16 copy (attn_kv_bf16_kernel's) into one of two
  * buffers while the other is computed: the same values, one barrier a split and no conversion. */
-template <int NE, int K, bool PRE>
+template <int NE, int K, bool PRE, bool B16 = false> /* (B16: bfloat16 rows, stage_async<true>; not with PRE) */
 __global__ void __launch_bounds__(32 * MMA_WARPS)
     attn_mma_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt, attn_pre c) {
     pdl_enter();
@@ -961,7 +986,7 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
     for (int k = 0; k < 8 * NE / K; k++) O[0][k] = O[1][k] = 0.0f;
     __syncthreads(); /* the descriptor is in place */
     if (PRE) stage_copy_async(c, sp.split(0), kvh, hd, ldk, kb_of(0), vt_of(0), held_of(0));
-    else stage_async(a, &d, sp.split(0), kvh, pl.ld, ks, vs, held_f);
+    else stage_async<B16>(a, &d, sp.split(0), kvh, pl.ld, ks, vs, held_f);
     for (int32_t b = 0; b < sp.count(); b++) {
         const int32_t s = sp.split(b), i = PRE ? b & 1 : 0;
         cp_wait<0>();
@@ -974,7 +999,7 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
         } else {
             split_to_bf16(ks, vs, pl.ld, hd, kb_of(0), ldk, vt_of(0), VT_LD, held_f, &hm_f);
             __syncthreads(); /* the copy is complete and the float32 buffer free: split b + 1 goes in while b runs */
-            if (b + 1 < sp.count()) stage_async(a, &d, sp.split(b + 1), kvh, pl.ld, ks, vs, held_f);
+            if (b + 1 < sp.count()) stage_async<B16>(a, &d, sp.split(b + 1), kvh, pl.ld, ks, vs, held_f);
             hm = hm_f;
         }
         const frags_bf16 f{kb_of(i), vt_of(i), ldk, hd};
@@ -1030,10 +1055,10 @@ __device__ __forceinline__ void fold_cluster(const gp_cu_attn &a, const attn_pla
  * block's 8 warps: warp w the scores of key tile w (to shared memory), then every warp the softmax (the same
  * arithmetic in each) and the value tiles w, w + 8 (the columns 8 w .., 64 + 8 w ..); then as split_decode: folded
  * in registers when it is the only split, else partials to the cluster or to part (as split idx of the call). */
-template <int NE, int CL>
-__device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan &pl, const float *qsm, const float *ks,
-                                           const float *vs, const uint8_t *held, int32_t j0, int32_t p, int32_t kvh,
-                                           int32_t ns, int32_t idx) {
+template <int NE, int CL, typename F>
+__device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan &pl, const float *qsm, const F &fr,
+                                           const uint8_t *held, int32_t j0, int32_t p, int32_t kvh, int32_t ns,
+                                           int32_t idx) {
     constexpr int NT = NE / 2; /* value tiles a warp (4 NE of them, 8 warps) */
     __shared__ float4 sc[8][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = a.head_dim;
@@ -1043,7 +1068,7 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
         uint4 qa[NE], qa8[NE];
         q_frags<NE>(ps[0] >= 0 ? qsm + row[0] * hd : NULL, ps[1] >= 0 ? qsm + row[1] * hd : NULL, hd, qa, qa8);
         float t[4];
-        score_tile<NE>(qa, qa8, frags_f32{ks, vs, pl.ld, hd}, hd, warp, t);
+        score_tile<NE>(qa, qa8, fr, hd, warp, t);
         sc[warp][lane] = make_float4(t[0], t[1], t[2], t[3]);
     }
     const uint64_t hm = held_mask(held);
@@ -1057,7 +1082,7 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
     }
     int seen[2];
     uint32_t pp[8][2];
-    if (mma_softmax(a, s, hm, j0, ps, seen, m, l, pp)) pv_tiles<NT>(pp, frags_f32{ks, vs, pl.ld, hd}, hd, warp, 8, acc);
+    if (mma_softmax(a, s, hm, j0, ps, seen, m, l, pp)) pv_tiles<NT>(pp, fr, hd, warp, 8, acc);
     attn_stamp(7);
     if (ns == 1) { /* the only split: folded in registers as the chunk kernel does */
 #pragma unroll
@@ -1146,7 +1171,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
             attn_stamp(2);
             if (early) __syncthreads(), pdl_enter(); /* (cs written) */
             attn_stamp(3);
-            decode_jobs<NE, PLAIN>(a, pl, d, j0, qsm, ks, vs, cs, qn, kn);
+            decode_jobs<NE, PLAIN>(a, pl, d, j0, qsm, ks, vs, pl.ld, pl.ld, cs, qn, kn);
             attn_stamp(4);
         }
         __syncthreads();
@@ -1155,7 +1180,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
                            held + (1 - b) * SPLIT);
         attn_stamp(5);
         if constexpr (MMA) {
-            decode_mma<NE, CL>(a, pl, qsm, kb, vb, hb, j0, p, kvh, ns, idx);
+            decode_mma<NE, CL>(a, pl, qsm, frags_f32{kb, vb, pl.ld, hd}, hb, j0, p, kvh, ns, idx);
             if (ns == 1 || CL > 0) return;
         } else {
             float m, l, acc[1][NE];
@@ -1214,6 +1239,97 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256)
     attn_cluster_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
     plain_case<NE, PLAIN, MMA>(a, pl);
     split_decode<8, NE, CL, MMA, PLAIN>(a, pl, var);
+}
+
+/* Bytes of split_decode16's staging buffer for heads of hd: a split's bfloat16 keys and values (frags_rows16). */
+__host__ __device__ constexpr size_t tile16(int32_t hd) { return (size_t)SPLIT * (2 * hd + K16_PAD + V16_PAD) * 2; }
+
+/* Split s's bfloat16 rows for kv head kvh into ks, vs (frags_rows16's layout) by cp.async as the cache holds them
+ * (one group, not waited for; zeros for the positions not held, held[i] marks the others). */
+__device__ __forceinline__ void stage16_async(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh,
+                                              uint16_t *ks, uint16_t *vs, uint8_t *held) {
+    const int32_t hd = a.head_dim, j0 = s * SPLIT, off = kvh * hd;
+    for (row_walk w(hd / 8); w.i < SPLIT; w.step()) {
+        const int i = w.i, f = w.f;
+        const int32_t j = j0 + i;
+        const int sg = seg_of(d, j);
+        if (f == 0) held[i] = sg >= 0;
+        const void *kp = a.q, *vp = a.q; /* (mapped addresses for the zero fills) */
+        if (sg >= 0) {
+            const gp_cu_kv_seg S = d->seg[sg];
+            const int64_t r = S.r0 + (j - S.p0);
+            kp = d->rows[S.src].q + 2 * (r * d->rows[S.src].kvd + off + 8 * f);
+            vp = d->rows[2 + S.src].q + 2 * (r * d->rows[2 + S.src].kvd + off + 8 * f);
+        }
+        cp16(ks + i * (hd + K16_PAD) + 8 * f, kp, sg >= 0);
+        cp16(vs + i * (hd + V16_PAD) + 8 * f, vp, sg >= 0);
+    }
+    cp_commit();
+}
+
+/* split_decode's tensor-core path (PLAIN) over bfloat16 cache rows, staged as they are (stage16_async: half the
+ * bytes of float32 rows, no conversion, and the products read them as frags_rows16: the same values, so the same
+ * bits).  Blocks that take several splits (CL == 0 and nb < ns) copy the next one into a second buffer while they
+ * compute the current one when pl.dbuf.  Shared memory: [1 + pl.dbuf] buffers of tile16 bytes, then q [G][hd]. */
+template <int NE, int CL>
+__device__ __forceinline__ void split_decode16(const gp_cu_attn &a, const attn_plan &pl, const attn_var *var) {
+    extern __shared__ float smem[];
+    __shared__ attn_desc_sm d;
+    __shared__ uint8_t held[2 * SPLIT];
+    __shared__ float2 cs[MAX_NE * 16];
+    __shared__ float nw[2][MAX_NE * 32];
+    const int32_t nb = gridDim.x, kvh = blockIdx.y, hd = a.head_dim;
+    const size_t tb = tile16(hd) / 2; /* (elements a buffer) */
+    uint16_t *const k16 = (uint16_t *)smem;
+    float *const qsm = (float *)(k16 + (1 + pl.dbuf) * tb);
+    auto kb_of = [&](int b) { return k16 + b * tb; };
+    auto vb_of = [&](int b) { return k16 + b * tb + SPLIT * (hd + K16_PAD); };
+    desc_to_smem(a, pl, var, &d);
+    const gp_cu_wt qn = norm_in(a.qn, nw[0], a.rk ? hd : 0), kn = norm_in(a.kn, nw[1], a.rk ? hd : 0);
+    __syncthreads();
+    /* split_decode's order: block b takes splits ns - 1 - b, ns - 1 - b - nb, ... (the first holds p) */
+    const int32_t p = d.pos0, ns = CL == 0 ? d.np + p / SPLIT - d.lo + 1 : nb;
+    const int32_t first = CL == 0 ? ns - 1 - (int32_t)blockIdx.x : (int32_t)blockIdx.x;
+    const bool early = a.rk != NULL;
+    if (early) rope_angles(cs, hd / 2, (float)p, a.inv_freq, pl.bf);
+    if (!early) pdl_enter();
+    /* the first split's rows are earlier steps' (the new key's row is written by the jobs after they land) */
+    stage16_async(a, &d, split_id(d, first), kvh, kb_of(0), vb_of(0), held);
+    int b = 0;
+    for (int32_t idx = first;;) {
+        const int32_t j0 = split_id(d, idx) * SPLIT;
+        cp_wait<0>();
+        __syncthreads(); /* split idx landed; the buffer the next copy goes to is free (its readers passed the end) */
+        if (idx == first) {
+            if (early) pdl_enter();
+            decode_jobs<NE, true>(a, pl, d, j0, qsm, kb_of(0), vb_of(0), hd + K16_PAD, hd + V16_PAD, cs, qn, kn);
+            __syncthreads();
+        }
+        if (pl.dbuf && idx - nb >= 0)
+            stage16_async(a, &d, split_id(d, idx - nb), kvh, kb_of(1 - b), vb_of(1 - b), held + (1 - b) * SPLIT);
+        decode_mma<NE, CL>(a, pl, qsm, frags_rows16{kb_of(b), vb_of(b), hd}, held + b * SPLIT, j0, p, kvh, ns, idx);
+        if (ns == 1 || CL > 0) return;
+        if ((idx -= nb) < 0) break;
+        __syncthreads(); /* every warp done with buffer b */
+        if (pl.dbuf) b = 1 - b;
+        else stage16_async(a, &d, split_id(d, idx), kvh, kb_of(0), vb_of(0), held);
+    }
+    fold_if_last<NE>(a, pl, kvh, nb, ns);
+}
+
+/* Decode over bfloat16 cache rows on tensor cores (split_decode16): blocks that may take several splits, and
+ * clusters of CL blocks for 2 to 8 splits. */
+template <int NE>
+__global__ void __launch_bounds__(256, ATTN_BLOCKS_PER_SM) attn_split16_kernel(gp_cu_attn a, attn_plan pl,
+                                                                               const attn_var *var) {
+    plain_case<NE, true, true>(a, pl);
+    split_decode16<NE, 0>(a, pl, var);
+}
+template <int NE, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256)
+    attn_cluster16_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
+    plain_case<NE, true, true>(a, pl);
+    split_decode16<NE, CL>(a, pl, var);
 }
 
 /* A chunk of queries: grid (kv heads, query tiles); a tile is qt queries x the G heads of kv head kvh, pairs
@@ -1337,6 +1453,12 @@ static const attn_kernel split_kernels[5][3] = {
     {attn_split_kernel<8, 2, false, true>, attn_split_kernel<8, 4, false, true>, attn_split_kernel<8, 8, false, true>},
     {attn_split_kernel<8, 2, true, true>, attn_split_kernel<8, 4, true, true>, NULL}};
 
+/* split_decode16's kernels by [NE 2, 4] (and [CL 2, 4, 8 as CL >> 2]) */
+static const attn_kernel split16_kernels[2] = {attn_split16_kernel<2>, attn_split16_kernel<4>};
+static const attn_kernel cluster16_kernels[2][3] = {
+    {attn_cluster16_kernel<2, 2>, attn_cluster16_kernel<2, 4>, attn_cluster16_kernel<2, 8>},
+    {attn_cluster16_kernel<4, 2>, attn_cluster16_kernel<4, 4>, attn_cluster16_kernel<4, 8>}};
+
 /* The tensor-core chunk kernels, [from attn_pre's copy][K == 4][head_dim over 64] (attn_chunk) */
 typedef void (*mma_chunk_kernel)(gp_cu_attn, attn_plan, int32_t, attn_pre);
 static const mma_chunk_kernel mma_chunk_kernels[2][2][2] = {
@@ -1344,6 +1466,10 @@ static const mma_chunk_kernel mma_chunk_kernels[2][2][2] = {
      {attn_mma_chunk_kernel<2, 4, false>, attn_mma_chunk_kernel<4, 4, false>}},
     {{attn_mma_chunk_kernel<2, 2, true>, attn_mma_chunk_kernel<4, 2, true>},
      {attn_mma_chunk_kernel<2, 4, true>, attn_mma_chunk_kernel<4, 4, true>}}};
+/* ... without attn_pre's copy over bfloat16 rows, [K == 4][head_dim over 64] */
+static const mma_chunk_kernel mma_chunk16_kernels[2][2] = {
+    {attn_mma_chunk_kernel<2, 2, false, true>, attn_mma_chunk_kernel<4, 2, false, true>},
+    {attn_mma_chunk_kernel<2, 4, false, true>, attn_mma_chunk_kernel<4, 4, false, true>}};
 
 extern "C" int gp_cu_attn_prepare(void) {
     const void *ks[] = {(const void *)attn_chunk_kernel<4, 2>, (const void *)attn_chunk_kernel<4, 4>,
@@ -1352,6 +1478,9 @@ extern "C" int gp_cu_attn_prepare(void) {
     cudaError_t e = cudaSuccess;
     for (int i = 0; i < nm && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute((const void *)(&mma_chunk_kernels[0][0][0])[i],
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+    for (int i = 0; i < 4 && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute((const void *)(&mma_chunk16_kernels[0][0])[i],
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     /* the other chunk kernels, then the decode tables' cluster and split kernels (NULL where none is built) */
     const int nk = (int)(sizeof ks / sizeof ks[0]), nc = (int)(sizeof cluster_kernels / sizeof(attn_kernel));
@@ -1362,6 +1491,10 @@ extern "C" int gp_cu_attn_prepare(void) {
                         : m < 0  ? (const void *)cluster_kernels[j / 9][j / 3 % 3][j % 3]
                                  : (const void *)split_kernels[m / 3][m % 3];
         if (k) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+    }
+    for (int i = 0; i < 8 && e == cudaSuccess; i++) { /* split_decode16's: 2 split kernels, then 2 x 3 clusters' */
+        const void *k = i < 2 ? (const void *)split16_kernels[i] : (const void *)cluster16_kernels[(i - 2) / 3][(i - 2) % 3];
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     }
     return (int)e;
 }
@@ -1402,13 +1535,15 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     const int mma = attn_mma(a, &pl), ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
     static const int plain_on = env_int("GP_CU_ATTN_PLAIN", 1);
     const int plain = plain_on && (mma || (!pl.bf && a->softcap <= 0)) && hd == 64 << ne; /* plain_case */
+    const int b16 = mma && plain && a->k[0].bits == 16; /* bfloat16 rows staged as they are: split_decode16 */
+    const size_t sh16 = tile16(hd) + (size_t)(pl.G + (a->rk ? 1 : 0)) * hd * sizeof(float);
     /* past ATTN_BLOCKS_PER_SM blocks a multiprocessor, the kv heads' blocks take several splits each (split_decode) */
     static const int loop = env_int("GP_CU_ATTN_LOOP", ATTN_BLOCKS_PER_SM); /* (0: a block a split) */
     /* tests: a kv head's blocks when it loops, and no clusters (2 to 8 splits take the looping path too) */
     static const int forced = env_int("GP_CU_ATTN_LOOP_BLOCKS", 0);
     static const int64_t sms = gp_cu_sm_count();
     const int64_t cap = forced > 0 ? forced : sms * loop / a->n_kv > 1 ? sms * loop / a->n_kv : 1;
-    const int takes = ATTN_LOOP(pl.G > 8 && !mma ? 1 : 8, 2 << ne, mma, plain); /* (split_kernels' choice below) */
+    const int takes = b16 || ATTN_LOOP(pl.G > 8 && !mma ? 1 : 8, 2 << ne, mma, plain); /* (the kernel below) */
     const int32_t nb = loop && takes && ns > cap ? (int32_t)cap : ns;
     const dim3 grid((unsigned)nb, (unsigned)a->n_kv), blk(32 * (pl.G < 8 || mma ? 8 : pl.G));
     gp_cu_attn c = *a;
@@ -1416,8 +1551,13 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     const attn_var *var = step_var(d, &c, &pc);
     if (pl.G <= 8 && ns >= 2 && ns <= 8 && !forced) { /* one cluster of 2, 4 or 8 blocks per kv head */
         const int cl = ns <= 2 ? 2 : ns <= 4 ? 4 : 8;
-        launch(cluster_kernels[plain ? 2 + mma : mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh,
-               d, c, pc, var);
+        if (b16) launch(cluster16_kernels[ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh16, d, c, pc, var);
+        else launch(cluster_kernels[plain ? 2 + mma : mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk,
+                    sh, d, c, pc, var);
+    } else if (b16) { /* a second buffer where two blocks a multiprocessor keep their shared memory (below) */
+        static const int dbuf16 = env_int("GP_CU_ATTN_DBUF", 1);
+        pc.dbuf = dbuf16 && nb < ns && 2 * (sh16 + tile16(hd) + 9216) <= 233472;
+        launch(split16_kernels[ne], grid, blk, pc.dbuf ? sh16 + tile16(hd) : sh16, d, c, pc, var);
     } else {
         /* blocks that take several splits stage the next one while they compute (split_decode's pre) where a second
          * buffer keeps two blocks a multiprocessor (228 KB, 9 KB a block for its static arrays and the runtime) */
@@ -1479,8 +1619,10 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
         const attn_pre c = pre_copy(d, a, pl);
         if (c.k) launch(attn_kv_bf16_kernel, dim3((unsigned)(c.np / SPLIT), (unsigned)a->n_kv), dim3(256),
                         (size_t)2 * SPLIT * pl.ld * sizeof(float), d, *a, pl, c);
-        launch(mma_chunk_kernels[c.k != NULL][K == 4][hd > 64], grid, blk, mma_chunk_smem(hd, w, c.k != NULL), d, *a,
-               pl, qt, c);
+        const mma_chunk_kernel kern = c.k ? mma_chunk_kernels[1][K == 4][hd > 64]
+                                      : a->k[0].bits == 16 ? mma_chunk16_kernels[K == 4][hd > 64]
+                                                           : mma_chunk_kernels[0][K == 4][hd > 64];
+        launch(kern, grid, blk, mma_chunk_smem(hd, w, c.k != NULL), d, *a, pl, qt, c);
         return (int)cudaGetLastError();
     }
     /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
