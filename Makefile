@@ -105,6 +105,8 @@ test-cuda: cuda
 	    GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests $(CUDA_SUITES); \
 	    GP_CU_ATTN_LOOP_BLOCKS=1 GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity \
 	        ./build-cuda/run_tests generate_parity bf16_mode invariance cuda_decode_graph; \
+	    GP_CU_ATTN_PRE=0 GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity \
+	        ./build-cuda/run_tests bf16_mode invariance cuda_decode_graph; \
 	else echo "test-cuda: no usable CUDA device: the suites' GPU pass is skipped"; fi
 
 $(BUILD)/libgenparity.a: $(LIB_OBJ)

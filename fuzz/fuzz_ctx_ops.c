@@ -1,5 +1,5 @@
 /* fuzz_ctx_ops.c — stateful libFuzzer target over the context's cache operations: the first byte picks the cache
- * kind (float32 / 8-bit / 4-bit quantized, unbounded / rotating) and the prefill chunk; then each byte is an
+ * kind (float32 / 8-bit / 4-bit quantized / bfloat16, unbounded / rotating) and the prefill chunk; then each byte is an
  * operation (prefill with prefix reuse, one-token eval, trim, select / fork / drop a named cache, reset) with its
  * operands.  Oracle: a final prefill of a sequence taken from the input gives logits bit-identical to a fresh
  * context's prefill of the same sequence (the invariance claim: results depend neither on chunking nor on reuse). */
@@ -49,10 +49,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gp_ctx_params p = gp_ctx_default_params();
     p.n_threads = 1;
     p.n_ctx = N_CTX;
-    static const int32_t bits[3] = {0, 8, 4}, chunks[4] = {512, 1, 3, 7};
-    p.kv_bits = bits[kind % 3];
+    static const int32_t bits[4] = {0, 8, 4, 16}, chunks[4] = {512, 1, 3, 7};
+    p.kv_bits = bits[kind % 4];
     p.kv_group_size = 32;
-    p.prefill_chunk = chunks[(kind / 3) % 4];
+    p.prefill_chunk = chunks[(kind / 4) % 4];
     if (kind & 0x40) p.max_kv_size = 48;
     gp_ctx *c;
     FZ_CHECK(gp_ctx_init(g_m, &p, &c) == GP_OK);
