@@ -1,10 +1,10 @@
 /* kvcache.h — one sequence's KV cache (gp_cache, opaque): per layer a ring of slots for keys and values, optionally
- * rotating (max_kv_size with the first `keep` positions pinned), float32 or bfloat16 rows or quantized (affine
- * 4/8-bit groups, positions before quantized_kv_start kept in float32), plus the token ids it holds and the steering provenance of
- * its positions.  Storage is allocated through the backend; ring and quantized layouts are known only to kvcache.c:
- * the forward pass stages a chunk's keys/values (gp_cache_stage, which gives attention a gp_kv_desc), then commits
- * them (gp_cache_commit) and advances (gp_cache_advance).  Buffers are reference-counted so a fork shares them until
- * one side writes (copy-on-write). */
+ * rotating (max_kv_size with the first `keep` positions pinned), float32 or bfloat16 rows or quantized (affine 4/8-bit
+ * groups, positions before quantized_kv_start kept in float32), plus the token ids it holds and the steering
+ * provenance of its positions.  Storage is allocated through the backend; ring and quantized layouts are known only to
+ * kvcache.c: the forward pass stages a chunk's keys/values (gp_cache_stage, which gives attention a gp_kv_desc), then
+ * commits them (gp_cache_commit) and advances (gp_cache_advance).  Buffers are reference-counted so a fork shares them
+ * until one side writes (copy-on-write). */
 #ifndef GP_KVCACHE_H
 #define GP_KVCACHE_H
 

@@ -1,8 +1,8 @@
-/* test_kv_quant.c — regressions of issue 17 items 8 and 6 on every fixture model.
- * Item 8: with a quantized KV cache (4 and 8 bits, and bfloat16 rows: kv_bits 16), the logits of every position are identical bit for bit for
- * every prefill chunk size and after prefix reuse, because the current chunk's keys/values are read through the
- * same quantization as cached rows.  Item 6: a cache saved after decoding (its rings grown by doubling past the
- * held positions) loads, and the loaded context continues with exactly the saving context's logits. */
+/* test_kv_quant.c — regressions of issue 17 items 8 and 6 on every fixture model. Item 8: with a quantized KV cache (4
+ * and 8 bits, and bfloat16 rows: kv_bits 16), the logits of every position are identical bit for bit for every prefill
+ * chunk size and after prefix reuse, because the current chunk's keys/values are read through the same quantization as
+ * cached rows.  Item 6: a cache saved after decoding (its rings grown by doubling past the held positions) loads, and
+ * the loaded context continues with exactly the saving context's logits. */
 #include "fixtures.h"
 #include "test.h"
 #include "util/util.h"
@@ -123,7 +123,8 @@ TEST(cache_file_saved_after_decoding_loads) {
         free(b);
         gp_model_free(m);
     }
-    NOTE("%d (model, kv_bits 0|4|16) caches saved after decoding, loaded and continued (want: identical logits)", checked);
+    NOTE("%d (model, kv_bits 0|4|16) caches saved after decoding, loaded and continued (want: identical logits)",
+         checked);
     remove(path);
     free(path);
     free(dir);

@@ -372,7 +372,8 @@ TEST(backend_ops_kv_store_copy) {
             kv_free(be, &c), kv_free(be, &c2);
         }
         NOTE("%s kv_store: max error / quantization step %.3f (4-bit), %.3f (8-bit) (tol 0.5 + 1e-4); bfloat16 rows "
-             "%s; kv_copy exact", BACKENDS[b].name, worst[0], worst[1], bf16_exact ? "rounded to nearest even" : "WRONG");
+             "%s; kv_copy exact", BACKENDS[b].name, worst[0], worst[1],
+             bf16_exact ? "rounded to nearest even" : "WRONG");
         CHECK(worst[0] <= 0.5001 && worst[1] <= 0.5001);
         CHECK(bf16_exact);
         be->ops->ws_free(ws);

@@ -494,10 +494,10 @@ __device__ __forceinline__ void store_new(const gp_cu_attn &a, size_t o, uint16_
 
 /* Decode's jobs before its first split (keys j0 ..), a warp a job: the group's queries w < G copied to qsm [G][hd]
  * and, where that split holds p with the rope inside, the new key (job G), each rotated after its norm (qn, kn:
- * norm_in's float32 copies), the key stored with its value rv at kf, vf (row r0 of the cache's rows: store_new) and ks, vs
- * (the staged row of its position, which stage_split skipped).  One call site of the rope for both: the code is fetched
- * cold every launch, so the jobs share what one of them fetches (BENCHMARKS.md).  PLAIN (hd = 32 NE): lane l holds
- * elements l + 32 j in registers from the loads to the stores (rope_head_regs: rope_head_warp's bits without its
+ * norm_in's float32 copies), the key stored with its value rv at kf, vf (row r0 of the cache's rows: store_new) and
+ * ks, vs (the staged row of its position, which stage_split skipped).  One call site of the rope for both: the code is
+ * fetched cold every launch, so the jobs share what one of them fetches (BENCHMARKS.md).  PLAIN (hd = 32 NE): lane l
+ * holds elements l + 32 j in registers from the loads to the stores (rope_head_regs: rope_head_warp's bits without its
  * round trips through shared memory after the wait; Qwen3-0.6B's jobs 2,420 -> 1,756 cycles); else through qsm. */
 template <int NE, bool PLAIN, typename T>
 __device__ __forceinline__ void decode_jobs(const gp_cu_attn &a, const attn_plan &pl, const attn_desc_sm &d,
@@ -1493,15 +1493,16 @@ extern "C" int gp_cu_attn_prepare(void) {
         if (k) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     }
     for (int i = 0; i < 8 && e == cudaSuccess; i++) { /* split_decode16's: 2 split kernels, then 2 x 3 clusters' */
-        const void *k = i < 2 ? (const void *)split16_kernels[i] : (const void *)cluster16_kernels[(i - 2) / 3][(i - 2) % 3];
+        const void *k = i < 2 ? (const void *)split16_kernels[i]
+                              : (const void *)cluster16_kernels[(i - 2) / 3][(i - 2) % 3];
         e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     }
     return (int)e;
 }
 
 /* Whether a call runs on tensor cores (decode_mma, attn_mma_chunk_kernel): the bf16 mode's flash path over
- * float32 or bfloat16 cache rows, head_dim a multiple of 8 up to 128, at most 16 heads a kv head.  It depends on the model and
- * the cache alone. */
+ * float32 or bfloat16 cache rows, head_dim a multiple of 8 up to 128, at most 16 heads a kv head.  It depends on the
+ * model and the cache alone. */
 static int attn_mma(const gp_cu_attn *a, const attn_plan *pl) {
     return pl->bf && a->softcap <= 0 && (a->k[0].bits == 0 || a->k[0].bits == 16) && a->head_dim % 8 == 0 &&
            a->head_dim <= 128 &&
@@ -1551,7 +1552,8 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     const attn_var *var = step_var(d, &c, &pc);
     if (pl.G <= 8 && ns >= 2 && ns <= 8 && !forced) { /* one cluster of 2, 4 or 8 blocks per kv head */
         const int cl = ns <= 2 ? 2 : ns <= 4 ? 4 : 8;
-        if (b16) launch(cluster16_kernels[ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh16, d, c, pc, var);
+        if (b16)
+            launch(cluster16_kernels[ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh16, d, c, pc, var);
         else launch(cluster_kernels[plain ? 2 + mma : mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk,
                     sh, d, c, pc, var);
     } else if (b16) { /* a second buffer where two blocks a multiprocessor keep their shared memory (below) */

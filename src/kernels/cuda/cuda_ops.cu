@@ -88,7 +88,8 @@ __device__ __forceinline__ void rope_qk_regs(float *q, float *k, int32_t nh, int
             const size_t o = (size_t)(r0 + t) * kvd + (size_t)(h - nh) * hd + lane;
             const size_t src = (size_t)t * kvd + (size_t)(h - nh) * hd + lane;
 #pragma unroll
-            for (int j = 0; j < J; j++) kv_put(kf, kb, o + 32 * j, r[b][j]), kv_put(vf, kb, o + 32 * j, v[src + 32 * j]);
+            for (int j = 0; j < J; j++)
+                kv_put(kf, kb, o + 32 * j, r[b][j]), kv_put(vf, kb, o + 32 * j, v[src + 32 * j]);
         }
     }
 }
