@@ -129,3 +129,49 @@ TEST(cache_file_saved_after_decoding_loads) {
     free(path);
     free(dir);
 }
+
+/* Cache files of float32 and bfloat16 rows are one format: in the bf16 mode (whose keys and values are bf16 values)
+ * a cache saved with either kind of rows loads into a context with the other and continues with the saving
+ * context's logits, bit for bit. */
+TEST(cache_file_float32_and_bfloat16_rows_interchange) {
+    char *dir = gp_test_tmpdir();
+    char *path = gp_path_join(dir, "rows.safetensors");
+    int checked = 0;
+    for (size_t mi = 0; mi < sizeof MODELS / sizeof MODELS[0]; mi++) {
+        gp_model *m = fx_load_model(MODELS[mi], 0);
+        if (!m) break;
+        const int32_t V = gp_model_n_vocab(m);
+        float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
+        int32_t ids[22];
+        make_ids(ids, 22, V);
+        for (int dir_ = 0; dir_ < 2; dir_++) { /* 0: float32 rows saved, bfloat16 rows load; 1: the other way */
+            gp_ctx_params p = qparams(dir_ ? 16 : 32, 8), q = qparams(dir_ ? 32 : 16, 8);
+            p.compute = q.compute = GP_COMPUTE_BF16;
+            gp_ctx *c, *d;
+            REQUIRE(gp_ctx_init(m, &p, &c) == GP_OK);
+            CHECK_STATUS(gp_ctx_eval(c, ids, 9, NULL, NULL), GP_OK);
+            for (int i = 9; i < 21; i++) CHECK_STATUS(gp_ctx_eval(c, ids + i, 1, NULL, NULL), GP_OK);
+            CHECK_STATUS(gp_ctx_cache_save(c, path), GP_OK);
+            REQUIRE(gp_ctx_init(m, &q, &d) == GP_OK);
+            CHECK_STATUS(gp_ctx_cache_load(d, path), GP_OK);
+            CHECK_STATUS(gp_ctx_eval(c, ids + 21, 1, NULL, a), GP_OK);
+            CHECK_STATUS(gp_ctx_eval(d, ids + 21, 1, NULL, b), GP_OK);
+            if (memcmp(a, b, sizeof(float) * (size_t)V)) {
+                NOTE("%s: a cache of %s rows loaded into %s rows continues differently", MODELS[mi],
+                     dir_ ? "bfloat16" : "float32", dir_ ? "float32" : "bfloat16");
+                gp_test_failed = 1;
+            }
+            gp_ctx_free(c);
+            gp_ctx_free(d);
+            checked++;
+        }
+        free(a);
+        free(b);
+        gp_model_free(m);
+    }
+    NOTE("%d (model, float32 -> bfloat16 rows | back) cache files loaded and continued in the bf16 mode (want: "
+         "identical logits)", checked);
+    remove(path);
+    free(path);
+    free(dir);
+}
