@@ -86,6 +86,33 @@ TEST(kv_quant_logits_identical_for_every_chunking_and_reuse) {
          checked);
 }
 
+/* A context with params p evaluates a prompt of 9 ids, then 12 one at a time (its rings grow 9 -> 18 -> 36 slots,
+ * 21 hold positions), and saves its cache to path; a context with params q loads it.  Returns 1 when the loaded
+ * context holds the 21 positions and its logits of ids[21] are the saving context's, bit for bit. */
+static int saved_cache_continues(gp_model *m, const gp_ctx_params *p, const gp_ctx_params *q, const int32_t *ids,
+                                 const char *path) {
+    const int32_t V = gp_model_n_vocab(m);
+    float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
+    gp_ctx *c = NULL, *d = NULL;
+    int same = 0;
+    if (a && b && gp_ctx_init(m, p, &c) == GP_OK && gp_ctx_init(m, q, &d) == GP_OK) {
+        CHECK_STATUS(gp_ctx_eval(c, ids, 9, NULL, NULL), GP_OK);
+        for (int i = 9; i < 21; i++) CHECK_STATUS(gp_ctx_eval(c, ids + i, 1, NULL, NULL), GP_OK);
+        CHECK_STATUS(gp_ctx_cache_save(c, path), GP_OK);
+        CHECK_STATUS(gp_ctx_cache_load(d, path), GP_OK);
+        CHECK_EQ_INT(gp_ctx_n_past(d), 21);
+        CHECK_STATUS(gp_ctx_eval(c, ids + 21, 1, NULL, a), GP_OK);
+        CHECK_STATUS(gp_ctx_eval(d, ids + 21, 1, NULL, b), GP_OK);
+        same = !memcmp(a, b, sizeof(float) * (size_t)V);
+    } else
+        gp_test_failed = 1;
+    gp_ctx_free(c);
+    gp_ctx_free(d);
+    free(a);
+    free(b);
+    return same;
+}
+
 TEST(cache_file_saved_after_decoding_loads) {
     char *dir = gp_test_tmpdir();
     char *path = gp_path_join(dir, "decoded.safetensors");
@@ -93,34 +120,17 @@ TEST(cache_file_saved_after_decoding_loads) {
     for (size_t mi = 0; mi < sizeof MODELS / sizeof MODELS[0]; mi++) {
         gp_model *m = fx_load_model(MODELS[mi], 0);
         if (!m) break;
-        const int32_t V = gp_model_n_vocab(m);
-        float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
         int32_t ids[40];
-        make_ids(ids, 40, V);
+        make_ids(ids, 40, gp_model_n_vocab(m));
         for (int bi = 0; bi < 3; bi++) {
             const int bits = (int[]){0, 4, 16}[bi];
-            gp_ctx_params p = qparams(bits, 8);
-            gp_ctx *c, *d;
-            REQUIRE(gp_ctx_init(m, &p, &c) == GP_OK);
-            /* a prompt of 9, then 12 positions one at a time: the rings grow 9 -> 18 -> 36 slots, 21 hold positions */
-            CHECK_STATUS(gp_ctx_eval(c, ids, 9, NULL, NULL), GP_OK);
-            for (int i = 9; i < 21; i++) CHECK_STATUS(gp_ctx_eval(c, ids + i, 1, NULL, NULL), GP_OK);
-            CHECK_STATUS(gp_ctx_cache_save(c, path), GP_OK);
-            REQUIRE(gp_ctx_init(m, &p, &d) == GP_OK);
-            CHECK_STATUS(gp_ctx_cache_load(d, path), GP_OK);
-            CHECK_EQ_INT(gp_ctx_n_past(d), 21);
-            CHECK_STATUS(gp_ctx_eval(c, ids + 21, 1, NULL, a), GP_OK);
-            CHECK_STATUS(gp_ctx_eval(d, ids + 21, 1, NULL, b), GP_OK);
-            if (memcmp(a, b, sizeof(float) * (size_t)V)) {
+            const gp_ctx_params p = qparams(bits, 8);
+            if (!saved_cache_continues(m, &p, &p, ids, path)) {
                 NOTE("%s kv_bits %d: the loaded cache continues differently", MODELS[mi], bits);
                 gp_test_failed = 1;
             }
-            gp_ctx_free(c);
-            gp_ctx_free(d);
             checked++;
         }
-        free(a);
-        free(b);
         gp_model_free(m);
     }
     NOTE("%d (model, kv_bits 0|4|16) caches saved after decoding, loaded and continued (want: identical logits)",
@@ -140,33 +150,18 @@ TEST(cache_file_float32_and_bfloat16_rows_interchange) {
     for (size_t mi = 0; mi < sizeof MODELS / sizeof MODELS[0]; mi++) {
         gp_model *m = fx_load_model(MODELS[mi], 0);
         if (!m) break;
-        const int32_t V = gp_model_n_vocab(m);
-        float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
         int32_t ids[22];
-        make_ids(ids, 22, V);
+        make_ids(ids, 22, gp_model_n_vocab(m));
         for (int dir_ = 0; dir_ < 2; dir_++) { /* 0: float32 rows saved, bfloat16 rows load; 1: the other way */
             gp_ctx_params p = qparams(dir_ ? 16 : 32, 8), q = qparams(dir_ ? 32 : 16, 8);
             p.compute = q.compute = GP_COMPUTE_BF16;
-            gp_ctx *c, *d;
-            REQUIRE(gp_ctx_init(m, &p, &c) == GP_OK);
-            CHECK_STATUS(gp_ctx_eval(c, ids, 9, NULL, NULL), GP_OK);
-            for (int i = 9; i < 21; i++) CHECK_STATUS(gp_ctx_eval(c, ids + i, 1, NULL, NULL), GP_OK);
-            CHECK_STATUS(gp_ctx_cache_save(c, path), GP_OK);
-            REQUIRE(gp_ctx_init(m, &q, &d) == GP_OK);
-            CHECK_STATUS(gp_ctx_cache_load(d, path), GP_OK);
-            CHECK_STATUS(gp_ctx_eval(c, ids + 21, 1, NULL, a), GP_OK);
-            CHECK_STATUS(gp_ctx_eval(d, ids + 21, 1, NULL, b), GP_OK);
-            if (memcmp(a, b, sizeof(float) * (size_t)V)) {
+            if (!saved_cache_continues(m, &p, &q, ids, path)) {
                 NOTE("%s: a cache of %s rows loaded into %s rows continues differently", MODELS[mi],
                      dir_ ? "bfloat16" : "float32", dir_ ? "float32" : "bfloat16");
                 gp_test_failed = 1;
             }
-            gp_ctx_free(c);
-            gp_ctx_free(d);
             checked++;
         }
-        free(a);
-        free(b);
         gp_model_free(m);
     }
     NOTE("%d (model, float32 -> bfloat16 rows | back) cache files loaded and continued in the bf16 mode (want: "
