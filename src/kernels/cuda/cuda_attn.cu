@@ -1556,17 +1556,16 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
             launch(cluster16_kernels[ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk, sh16, d, c, pc, var);
         else launch(cluster_kernels[plain ? 2 + mma : mma][ne][cl >> 2], dim3((unsigned)cl, (unsigned)a->n_kv), blk,
                     sh, d, c, pc, var);
-    } else if (b16) { /* a second buffer where two blocks a multiprocessor keep their shared memory (below) */
-        static const int dbuf16 = env_int("GP_CU_ATTN_DBUF", 1);
-        pc.dbuf = dbuf16 && nb < ns && 2 * (sh16 + tile16(hd) + 9216) <= 233472;
-        launch(split16_kernels[ne], grid, blk, pc.dbuf ? sh16 + tile16(hd) : sh16, d, c, pc, var);
     } else {
-        /* blocks that take several splits stage the next one while they compute (split_decode's pre) where a second
-         * buffer keeps two blocks a multiprocessor (228 KB, 9 KB a block for its static arrays and the runtime) */
+        /* blocks that take several splits stage the next one while they compute (split_decode's pre: float32 rows;
+         * split_decode16) where a second buffer keeps two blocks a multiprocessor (228 KB, 9 KB a block for its
+         * static arrays and the runtime) */
         static const int dbuf_on = env_int("GP_CU_ATTN_DBUF", 1); /* (0: each split staged in turn) */
-        pc.dbuf = dbuf_on && nb < ns && 2 * (sh + tiles + 9216) <= 233472 && a->k[0].bits != 16; /* (float rows) */
-        launch(split_kernels[mma ? 2 + 2 * plain : pl.G > 8 ? 1 : plain ? 3 : 0][ne], grid, blk,
-               pc.dbuf ? sh + tiles : sh, d, c, pc, var);
+        const size_t s1 = b16 ? sh16 : sh, buf = b16 ? tile16(hd) : tiles;
+        pc.dbuf = dbuf_on && nb < ns && 2 * (s1 + buf + 9216) <= 233472 && (b16 || a->k[0].bits != 16);
+        const attn_kernel k = b16 ? split16_kernels[ne]
+                                  : split_kernels[mma ? 2 + 2 * plain : pl.G > 8 ? 1 : plain ? 3 : 0][ne];
+        launch(k, grid, blk, pc.dbuf ? s1 + buf : s1, d, c, pc, var);
     }
     return (int)cudaGetLastError();
 }
