@@ -1,10 +1,11 @@
 /* cmd_bench.c — `genparity bench`: llama-bench's method on one or more model folders.  Per model: one warm-up; pp =
  * one prefill of p random ids into an empty cache; tg = n single-token decodes from an empty cache; each repeated r
  * times, reported as mean ± sd of tokens/s; tokenizer and sampling are not timed.  -d D (llama-bench's depth): each
- * repetition of either test first prefills D random ids, not timed, so it runs on a cache holding D tokens.  The
- * same run measures the machine's read bandwidth (threaded sum over a 1 GiB buffer, best of several passes; with
- * --device cuda the GPU's copy bandwidth, gp_device_copy_bandwidth) and reports for tg bandwidth_utilization =
- * weight bytes read per token × tokens/s ÷ bandwidth.  Prints a Markdown table (one row per model) or JSON. */
+ * repetition of either test (and its warm-up) first prefills D random ids, not timed, so it runs on a cache holding
+ * D tokens.  The same run measures the machine's read bandwidth (threaded sum over a 1 GiB buffer, best of several
+ * passes; with --device cuda the GPU's copy bandwidth, gp_device_copy_bandwidth) and reports for tg
+ * bandwidth_utilization = weight bytes read per token × tokens/s ÷ bandwidth.  Prints a Markdown table (one row per
+ * model) or JSON. */
 #include "cli.h"
 
 #include <math.h>
@@ -201,12 +202,17 @@ static int bench_model(const char *dir, int p, int n, int d, int reps, int threa
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         ids[i] = (int32_t)((s >> 33) % (uint64_t)V);
     }
-    /* warm-up: one prefill and a few decode steps (faults the mapped weights in) */
-    gp_ctx_reset(c);
-    if (p > 0 && gp_ctx_eval(c, ids, p, NULL, logits) != GP_OK) goto fail;
-    gp_ctx_reset(c);
-    for (int i = 0; i < (n < 4 ? n : 4); i++)
-        if (gp_ctx_eval(c, ids + i, 1, NULL, logits) != GP_OK) goto fail;
+    /* warm-up: one prefill and a few decode steps, each after the depth's (faults the mapped weights in, and grows
+     * the buffers a cache of that depth needs: without it the first repetition at a depth paid for them) */
+    for (int t = 0; t < 2; t++) {
+        const int k = t == 0 ? p : (n < 4 ? n : 4);
+        if (k == 0) continue;
+        gp_ctx_reset(c);
+        if (d > 0 && gp_ctx_eval(c, ids, d, NULL, logits) != GP_OK) goto fail;
+        if (t == 0 && gp_ctx_eval(c, ids + d, p, NULL, logits) != GP_OK) goto fail;
+        for (int i = 0; t == 1 && i < k; i++)
+            if (gp_ctx_eval(c, ids + d + i, 1, NULL, logits) != GP_OK) goto fail;
+    }
     for (int k = 0; k < reps && p > 0; k++) {
         gp_ctx_reset(c);
         if (d > 0 && gp_ctx_eval(c, ids, d, NULL, logits) != GP_OK) goto fail;
