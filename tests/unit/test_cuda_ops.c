@@ -291,7 +291,7 @@ TEST(cuda_backend_elementwise_ops_match_cpu) {
 static gp_kv_rows kv_alloc(gp_backend *be, int32_t rows, int32_t kvd, int32_t bits, int32_t group) {
     gp_kv_rows r = {0};
     r.kvd = kvd, r.bits = bits, r.group = group;
-    r.n_groups = (kvd + group - 1) / group;
+    r.n_groups = bits == 16 ? 0 : (kvd + group - 1) / group; /* (bits 16: bfloat16 rows, no groups) */
     r.row_bytes = (kvd * bits + 7) / 8;
     r.f = be->ops->alloc(be, sizeof(float) * (size_t)rows * kvd);
     r.q = be->ops->alloc(be, (size_t)rows * (size_t)(r.row_bytes > 0 ? r.row_bytes : 1));
@@ -359,16 +359,20 @@ static float *run_attention(int b, int32_t n, int32_t window, float softcap, int
     gp_kv_rows sk = kv_alloc(be, n, kvd, bits, 32), sv = kv_alloc(be, n, kvd, bits, 32);
     float *k = rand_f32((size_t)(CAP + n) * kvd, 21, 2.0f), *v = rand_f32((size_t)(CAP + n) * kvd, 22, 2.0f);
     float *q = rand_f32((size_t)n * NH * hd, 23, 2.0f);
-    if (!bits) bf16_round(k, (size_t)(CAP + n) * kvd), bf16_round(v, (size_t)(CAP + n) * kvd),
-        bf16_round(q, (size_t)n * NH * hd);
+    const int b16 = bits == 16; /* bfloat16 rows: every held position's, rounded as stored */
+    if (!bits || b16)
+        bf16_round(k, (size_t)(CAP + n) * kvd), bf16_round(v, (size_t)(CAP + n) * kvd),
+            bf16_round(q, (size_t)n * NH * hd);
     float *dk = bu_dev_from(be, k, (size_t)(CAP + n) * kvd), *dv = bu_dev_from(be, v, (size_t)(CAP + n) * kvd);
-    be->ops->kv_store(ws, &ck, &cv, 0, dk, dv, F, 0);
-    be->ops->kv_store(ws, &ck, &cv, F, dk + F * kvd, dv + F * kvd, 50, bits != 0);
+    be->ops->kv_store(ws, &ck, &cv, 0, dk, dv, b16 ? CAP : F, b16);
+    if (!b16) be->ops->kv_store(ws, &ck, &cv, F, dk + F * kvd, dv + F * kvd, 50, bits != 0);
     gp_kv_desc d = {.k = {ck, sk}, .v = {cv, sv}, .window = window, .pinned = window ? 4 : 0};
     d.k[1].f = dk + CAP * kvd, d.v[1].f = dv + CAP * kvd; /* the chunk's float rows, read in place */
     const gp_kv_seg segs[] = {{0, F, 0, 0, 0}, {F, CAP, F, 0, bits != 0}, {CAP, CAP + n, 0, 1, 0}};
-    memcpy(d.seg, segs, sizeof segs);
-    d.n_seg = 3;
+    const gp_kv_seg segs16[] = {{0, CAP, 0, 0, 1}, {CAP, CAP + n, 0, 1, 0}};
+    if (b16) memcpy(d.seg, segs16, sizeof segs16);
+    else memcpy(d.seg, segs, sizeof segs);
+    d.n_seg = b16 ? 2 : 3;
     float *dq = bu_dev_from(be, q, (size_t)n * NH * hd);
     float *dout = be->ops->alloc(be, sizeof(float) * n * NH * hd);
     gp_attn_args a = {.out = dout, .q = dq, .kv = &d, .n = n, .pos0 = POS0, .n_heads = NH, .n_kv = NKV,
@@ -514,18 +518,20 @@ TEST(cuda_backend_bf16_mode_matches_the_cpu_bf16_mode) {
          "rounds to the neighbouring bf16 value now and then)", differ, total, steps);
     CHECK(steps <= 1.0);
     CHECK(differ * 100 <= total);
-    /* attention follows sdpa in this mode (not the CPU's eager softmax): close, not equal; over a float32 cache on
-     * tensor cores, with and without a sliding window */
-    for (int i = 0; i < 6; i++) { /* (head_dim 128 too: decode's plain tensor-core kernels take 64 and 128) */
-        const int32_t bits = i == 0 ? 8 : 0, window = i == 2 ? 120 : 0, hd = i == 3 || i == 5 ? 128 : 64;
+    /* attention follows sdpa in this mode (not the CPU's eager softmax): close, not equal; over a float32 cache or
+     * bfloat16 rows on tensor cores, with and without a sliding window (head_dim 128 too: decode's plain tensor-core
+     * kernels and the chunk's one-warp kernels take 64 and 128 apart; 700 held keys: splits every row sees whole) */
+    for (int i = 0; i < 8; i++) {
+        const int32_t bits = i == 0 ? 8 : i >= 6 ? 16 : 0, window = i == 2 ? 120 : 0;
+        const int32_t hd = i == 3 || i == 5 || i == 7 ? 128 : 64;
         const int32_t held = i >= 4 ? 700 : 300; /* (decode in 11 splits: the last block's fold) */
         float *ac = run_attention(0, 5, window, 0, 0, GP_COMPUTE_BF16, bits, hd, held);
         float *ag = run_attention(1, 5, window, 0, 0, GP_COMPUTE_BF16, bits, hd, held);
         float *ag1 = run_attention(1, 5, window, 0, 1, GP_COMPUTE_BF16, bits, hd, held);
         const double e = max_rel(ag, ac, (size_t)5 * 8 * hd);
         NOTE("bf16 attention (sdpa's flash softmax; %s, window %d, head_dim %d, %d held keys) vs the cpu's eager bf16: "
-             "max rel err %.3g (tol 3e-2); a query alone %s", bits ? "8-bit rows, float32 sums" : "float32 cache, "
-             "tensor cores", window, hd, held, e,
+             "max rel err %.3g (tol 3e-2); a query alone %s", bits == 8 ? "8-bit rows, float32 sums" : bits ?
+             "bfloat16 rows, tensor cores" : "float32 cache, tensor cores", window, hd, held, e,
              memcmp(ag, ag1, (size_t)5 * 8 * hd * 4) ? "DIFFERS" : "gives its bits inside the block");
         CHECK(e < 3e-2);
         CHECK(!memcmp(ag, ag1, (size_t)5 * 8 * hd * 4));

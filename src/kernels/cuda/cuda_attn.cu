@@ -1500,6 +1500,14 @@ extern "C" int gp_cu_attn_prepare(void) {
     return (int)e;
 }
 
+/* Whether every held row is a bfloat16 row of the cache (split_decode16 copies them as they are; a float32 segment,
+ * such as a chunk's staged rows, takes stage_split's widening path instead). */
+static int rows16(const gp_cu_attn *a) {
+    for (int32_t i = 0; i < a->n_seg; i++)
+        if (!a->seg[i].quant || a->k[a->seg[i].src].bits != 16) return 0;
+    return a->n_seg > 0;
+}
+
 /* Whether a call runs on tensor cores (decode_mma, attn_mma_chunk_kernel): the bf16 mode's flash path over
  * float32 or bfloat16 cache rows, head_dim a multiple of 8 up to 128, at most 16 heads a kv head.  It depends on the
  * model and the cache alone. */
@@ -1536,7 +1544,7 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     const int mma = attn_mma(a, &pl), ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
     static const int plain_on = env_int("GP_CU_ATTN_PLAIN", 1);
     const int plain = plain_on && (mma || (!pl.bf && a->softcap <= 0)) && hd == 64 << ne; /* plain_case */
-    const int b16 = mma && plain && a->k[0].bits == 16; /* bfloat16 rows staged as they are: split_decode16 */
+    const int b16 = mma && plain && rows16(a); /* bfloat16 rows staged as they are: split_decode16 */
     const size_t sh16 = tile16(hd) + (size_t)(pl.G + (a->rk ? 1 : 0)) * hd * sizeof(float);
     /* past ATTN_BLOCKS_PER_SM blocks a multiprocessor, the kv heads' blocks take several splits each (split_decode) */
     static const int loop = env_int("GP_CU_ATTN_LOOP", ATTN_BLOCKS_PER_SM); /* (0: a block a split) */
