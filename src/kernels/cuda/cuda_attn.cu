@@ -19,8 +19,9 @@
  * The bf16 mode over a float32 cache (head_dim a multiple of 8 up to 128, no soft-capping) computes each split on
  * tensor cores instead (below: sdpa's flash attention for 16 (query, head) rows at once, scores and p·v by mma.sync,
  * p rounded to bf16); decode (decode_mma: the split's 8 key tiles and value tiles over a block's 8 warps) and chunks
- * (attn_mma_chunk_kernel: K warps per 16 rows, split_mma_tile; splits copied by cp.async while the previous one
- * is computed, then to bf16 once) give each row the same arithmetic, and the splits fold as above. */
+ * (attn_mma_chunk_kernel: a warp per 16 rows, split_mma_warp, or K warps, split_mma_tile; splits copied by cp.async
+ * while the previous one is computed, then to bf16 once) give each row the same arithmetic, and the splits fold as
+ * above. */
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -576,6 +577,7 @@ __device__ __forceinline__ void put_part(float *p, int seen, float m, float l, c
  * P V over the split's four 16-key blocks in order.  A row's numbers depend on its query and the split's keys
  * alone (an mma output element on its row and column), so one query gives the bits it has in any tile. */
 #define MMA_WARPS 16 /* warps of a chunk block at most (row tiles of 16 rows x K warps each) */
+#define MMA1_WARPS 8  /* ... with K = 1 (a warp a row tile: its output in registers, up to 255 of them) */
 
 /* This lane's 8 elements [32 ch + 8 c, + 8) of float32 row r (of hd) as x8 packs them; zeros past hd or for no row. */
 __device__ __forceinline__ uint4 row_frag(const float *r, int ch, int hd) {
@@ -604,7 +606,15 @@ __device__ __forceinline__ uint64_t held_mask(const uint8_t *held) {
  * round-to-nearest values either way, so the same products.  kfrag: key row i's 8 elements [32 ch + 8 c, + 8) (zeros
  * past hd); vfrag: value column col's keys (k, k + 1) and (k + 8, k + 9), the smaller key in the low half. */
 #define VT_LD 36 /* words per value column of vt (32 key pairs + 4: conflict-free fragment reads) */
+/* Value tile nt's fragments of the four 16-key blocks, b[kb] = vfrag(8 nt + g, 16 kb + 2 c). */
+template <typename F>
+__device__ __forceinline__ void vfrags_of(const F &f, int nt, uint2 (&b)[4]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kb = 0; kb < 4; kb++) b[kb] = f.vfrag(8 * nt + (lane >> 2), 16 * kb + 2 * (lane & 3));
+}
 struct frags_f32 {
+    static constexpr int WINDOW = 0; /* value tiles pv_tiles lets the compiler load ahead (0: no limit) */
     const float *ks, *vs;
     int32_t ld, hd;
     __device__ __forceinline__ uint4 kfrag(int i, int ch) const { return row_frag(ks + i * ld, ch, hd); }
@@ -612,8 +622,10 @@ struct frags_f32 {
         const float *v = vs + k * ld + col;
         return make_uint2(pack2(v[0], v[ld]), pack2(v[8 * ld], v[9 * ld]));
     }
+    __device__ __forceinline__ void vfrags(int nt, uint2 (&b)[4]) const { vfrags_of(*this, nt, b); }
 };
 struct frags_bf16 {
+    static constexpr int WINDOW = 2; /* (ldmatrix loads; measured on the H200 against 0 and 4, BENCHMARKS.md) */
     const uint16_t *kb;
     const uint32_t *vt;
     int32_t ldk, hd;
@@ -625,6 +637,18 @@ struct frags_bf16 {
         const uint32_t *v = vt + col * VT_LD + k / 2;
         return make_uint2(v[0], v[4]);
     }
+    /* vfrags_of's words by two ldmatrix.x4 (vt in shared memory): matrix i of pair h holds keys 32 h + 8 i .. + 7 of
+     * columns 8 nt + r in its row r (16 bytes), so lane 4 g + c gets column g's keys 2 c, 2 c + 1 of each */
+    __device__ __forceinline__ void vfrags(int nt, uint2 (&b)[4]) const {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t *row = vt + (8 * nt + (lane & 7)) * VT_LD + 16 * h + 4 * (lane >> 3);
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(b[2 * h].x), "=r"(b[2 * h].y), "=r"(b[2 * h + 1].x), "=r"(b[2 * h + 1].y)
+                         : "r"((uint32_t)__cvta_generic_to_shared(row)));
+        }
+    }
 };
 
 /* bfloat16 rows as the cache holds them (split_decode16): keys ks [SPLIT][hd + K16_PAD], values vs [SPLIT][hd +
@@ -632,6 +656,7 @@ struct frags_bf16 {
 #define K16_PAD 32
 #define V16_PAD 8
 struct frags_rows16 {
+    static constexpr int WINDOW = 0;
     const uint16_t *ks, *vs;
     int32_t hd;
     __device__ __forceinline__ uint4 kfrag(int i, int ch) const {
@@ -643,6 +668,7 @@ struct frags_rows16 {
         const uint16_t *v = vs + k * ld + col;
         return make_uint2((uint32_t)v[0] | (uint32_t)v[ld] << 16, (uint32_t)v[8 * ld] | (uint32_t)v[9 * ld] << 16);
     }
+    __device__ __forceinline__ void vfrags(int nt, uint2 (&b)[4]) const { vfrags_of(*this, nt, b); }
 };
 
 /* Scores of key tile j (keys 8 j + 2 c, + 1 of row g, then of row g + 8: the mma accumulator layout) for query
@@ -673,6 +699,7 @@ __device__ __forceinline__ uint64_t vis_mask(const gp_cu_attn &a, uint64_t hm, i
  * by 2 c, is clear set to -inf first): seen, m (the max, scaled), l (the sum of the float32 exponentials: the lane's
  * 16 in order, then the quad's butterfly) and pp[j], the bf16 probabilities of keys 8 j + 2 c, + 1 (zeros where
  * unseen). */
+template <bool MASK = true> /* false: vm all ones (no key masked; the same numbers without the tests) */
 __device__ __forceinline__ void row_softmax(const gp_cu_attn &a, float (&v)[8][2], uint64_t vm, int &seen, float &m,
                                             float &l, uint32_t (&pp)[8]) {
     const float sl2 = a.scale * 1.4426950408889634f;
@@ -681,7 +708,7 @@ __device__ __forceinline__ void row_softmax(const gp_cu_attn &a, float (&v)[8][2
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            if (!((vm >> (8 * j + e)) & 1)) v[j][e] = -INFINITY;
+            if (MASK && !((vm >> (8 * j + e)) & 1)) v[j][e] = -INFINITY;
             mx = fmaxf(mx, v[j][e]);
         }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -706,12 +733,14 @@ __device__ __forceinline__ void row_softmax(const gp_cu_attn &a, float (&v)[8][2
 
 /* row_softmax of rows g, g + 8 (positions p[r]) over scores s in the mma accumulator layout, pp[j][r]; returns
  * whether a row of the warp sees a key of the split. */
+template <bool FULL = false> /* FULL: both rows of every lane see the split's 64 keys */
 __device__ __forceinline__ bool mma_softmax(const gp_cu_attn &a, const float (&s)[8][4], uint64_t hm, int32_t j0,
                                             const int32_t *p, int *seen, float *m, float *l, uint32_t (&pp)[8][2]) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        if (r && __all_sync(0xffffffffu, p[1] < 0)) { /* no row g + 8 in the warp (decode, G <= 8): row_softmax's
-                                                        * values for a row that sees nothing, without its code */
+        if (!FULL && r && __all_sync(0xffffffffu, p[1] < 0)) { /* no row g + 8 in the warp (decode, G <= 8):
+                                                                 * row_softmax's values for a row that sees nothing,
+                                                                 * without its code */
             seen[1] = 0, m[1] = -INFINITY, l[1] = 0.0f;
 #pragma unroll
             for (int j = 0; j < 8; j++) pp[j][1] = 0u;
@@ -721,7 +750,8 @@ __device__ __forceinline__ bool mma_softmax(const gp_cu_attn &a, const float (&s
         uint32_t q[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) v[j][0] = s[j][2 * r], v[j][1] = s[j][2 * r + 1];
-        row_softmax(a, v, vis_mask(a, hm, j0, p[r]) >> (2 * (threadIdx.x & 3)), seen[r], m[r], l[r], q);
+        if (FULL) row_softmax<false>(a, v, ~0ull, seen[r], m[r], l[r], q);
+        else row_softmax(a, v, vis_mask(a, hm, j0, p[r]) >> (2 * (threadIdx.x & 3)), seen[r], m[r], l[r], q);
 #pragma unroll
         for (int j = 0; j < 8; j++) pp[j][r] = q[j];
     }
@@ -731,20 +761,19 @@ __device__ __forceinline__ bool mma_softmax(const gp_cu_attn &a, const float (&s
 /* P V for NT value tiles nt = nt0 + step i (columns 8 nt .. + 7): acc[r][2 i + e] = row r's unnormalized output at
  * column 8 nt + 2 c + e, the four 16-key blocks in order (zeros past hd); FOLD: acc is the running output instead,
  * each tile folded into it as it comes (fold_elem with row r's factors ab[r] where seen[r]). */
-template <int NT, bool FOLD = false, typename F>
+template <int NT, bool FOLD = false, bool ALL = false, typename F> /* ALL: every row seen */
 __device__ __forceinline__ void pv_tiles(const uint32_t (&pp)[8][2], const F &f, int hd, int nt0, int step,
                                          float (*acc)[2 * NT], const float2 *ab = NULL, const int *seen = NULL) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int i = 0; i < NT; i++) {
         const int nt = nt0 + step * i;
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (8 * nt < hd) {
+            uint2 b[4];
+            f.vfrags(nt, b);
 #pragma unroll
-            for (int kb = 0; kb < 4; kb++) {
-                const uint2 b = f.vfrag(8 * nt + g, 16 * kb + 2 * c);
-                mma16816(d, pp[2 * kb][0], pp[2 * kb][1], pp[2 * kb + 1][0], pp[2 * kb + 1][1], b.x, b.y);
-            }
+            for (int kb = 0; kb < 4; kb++)
+                mma16816(d, pp[2 * kb][0], pp[2 * kb][1], pp[2 * kb + 1][0], pp[2 * kb + 1][1], b[kb].x, b[kb].y);
         }
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -752,8 +781,10 @@ __device__ __forceinline__ void pv_tiles(const uint32_t (&pp)[8][2], const F &f,
             for (int e = 0; e < 2; e++) {
                 float &o = acc[r][2 * i + e];
                 if (!FOLD) o = d[2 * r + e];
-                else if (seen[r]) o = fold_elem(o, d[2 * r + e], ab[r]);
+                else if (ALL || seen[r]) o = fold_elem(o, d[2 * r + e], ab[r]);
             }
+        if constexpr (F::WINDOW > 0) /* the next tiles' loads wait here (hoisted all, they spilled) */
+            if (i % (F::WINDOW > 0 ? F::WINDOW : 1) == F::WINDOW - 1) __syncwarp();
     }
 }
 
@@ -812,6 +843,36 @@ __device__ __forceinline__ void split_mma_tile(const gp_cu_attn &a, const uint4 
         if (seen[r]) ab[r] = fold_step(M[r], L[r], ml.x, ml.y);
     }
     if (__any_sync(0xffffffffu, seen[0] || seen[1])) pv_tiles<4 * NE / K, true>(pp, f, hd, q, K, O, ab, seen);
+}
+
+/* split_mma_tile by one warp alone (K = 1): every score tile, both rows' softmax in registers (mma_softmax), every
+ * value tile folded into O; the same functions in the same order, so the same bits, and no barrier.  FULL: every
+ * row of the warp sees all 64 keys (the splits before a chunk's diagonal), so nothing is masked (and, where every
+ * row's max is finite, every row is folded without a test). */
+template <int NE, bool FULL, typename F>
+__device__ __forceinline__ void split_rows(const gp_cu_attn &a, const uint4 (&qa)[NE], const uint4 (&qa8)[NE],
+                                           const F &f, int hd, uint64_t hm, int32_t j0, const int32_t *p, float *M,
+                                           float *L, float (*O)[8 * NE]) {
+    float s[8][4], m[2], l[2];
+    uint32_t pp[8][2];
+    int seen[2];
+#pragma unroll
+    for (int j = 0; j < 8; j++) score_tile<NE>(qa, qa8, f, hd, j, s[j]);
+    if (!mma_softmax<FULL>(a, s, hm, j0, p, seen, m, l, pp)) return;
+    float2 ab[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        if (seen[r]) ab[r] = fold_step(M[r], L[r], m[r], l[r]);
+    if (FULL && __all_sync(0xffffffffu, seen[0] && seen[1])) pv_tiles<4 * NE, true, true>(pp, f, hd, 0, 1, O, ab, seen);
+    else pv_tiles<4 * NE, true>(pp, f, hd, 0, 1, O, ab, seen);
+}
+template <int NE, typename F>
+__device__ __forceinline__ void split_mma_warp(const gp_cu_attn &a, const uint4 (&qa)[NE], const uint4 (&qa8)[NE],
+                                               const F &f, int hd, uint64_t hm, int32_t j0, const int32_t *p,
+                                               float *M, float *L, float (*O)[8 * NE]) {
+    if (__all_sync(0xffffffffu, vis_mask(a, hm, j0, p[0]) == ~0ull && vis_mask(a, hm, j0, p[1]) == ~0ull))
+        split_rows<NE, true>(a, qa, qa8, f, hd, hm, j0, p, M, L, O);
+    else split_rows<NE, false>(a, qa, qa8, f, hd, hm, j0, p, M, L, O);
 }
 
 /* out [hd] of row r's (query, head) from this lane's elements of tiles nt0 + step i (pv_tiles' columns). */
@@ -891,12 +952,12 @@ __device__ __forceinline__ void split_to_bf16(const float *ks, const float *vs, 
 }
 
 /* Shared memory of attn_mma_chunk_kernel with w row tiles: the float32 keys and values [SPLIT][ld] each, their bf16
- * copy [SPLIT][hd + 32] and value columns [hd][VT_LD] words, a tile_x per row tile; PRE: two bf16 copies and their
- * held flags instead of the float32 rows and one copy. */
+ * copy [SPLIT][hd + 32] and value columns [hd][VT_LD] words, a tile_x per row tile of K > 1 warps; PRE: two bf16
+ * copies and their held flags instead of the float32 rows and one copy. */
 static size_t mma_chunk_copy(int32_t hd) { return (size_t)SPLIT * (hd + 32) * 2 + (size_t)hd * VT_LD * 4 + SPLIT; }
-static size_t mma_chunk_smem(int32_t hd, int32_t w, bool pre) {
+static size_t mma_chunk_smem(int32_t hd, int32_t w, int k, bool pre) {
     const size_t stage = pre ? mma_chunk_copy(hd) : (size_t)2 * SPLIT * (hd + 4) * sizeof(float) + mma_chunk_copy(hd);
-    return (pre ? 2 : 1) * stage + (size_t)w * sizeof(tile_x);
+    return (pre ? 2 : 1) * stage + (k > 1 ? (size_t)w * sizeof(tile_x) : 0);
 }
 
 /* The bf16 copy of a chunk's keys and values (attn_kv_bf16_kernel writes it into the GEMM scratch; the chunk kernel
@@ -947,19 +1008,21 @@ __device__ void stage_copy_async(const attn_pre &c, int32_t s, int32_t kvh, int3
 }
 
 /* A chunk of queries on tensor cores: grid (kv heads, query tiles), blockDim.x / 32 K row tiles of 16 rows, each K
- * warps' (split_mma_tile), a tile qt queries x the G heads of kv head kvh (row i: query t0 + i / G, head kvh G +
- * i % G); the splits as attn_chunk_kernel takes and folds them, each copied by cp.async while the one before is
- * computed, then to bf16 — or, PRE, copied from attn_pre's bf16 copy (attn_kv_bf16_kernel's) into one of two
- * buffers while the other is computed: the same values, one barrier a split and no conversion. */
-template <int NE, int K, bool PRE, bool B16 = false> /* (B16: bfloat16 rows, stage_async<true>; not with PRE) */
-__global__ void __launch_bounds__(32 * MMA_WARPS)
+ * warps' (split_mma_tile; one warp's with K = 1, split_mma_warp), a tile qt queries x the G heads of kv head kvh
+ * (row i: query t0 + i / G, head kvh G + i % G); the splits as attn_chunk_kernel takes and folds them, each copied
+ * by cp.async while the one before is computed, then to bf16 — or, PRE, copied from attn_pre's bf16 copy
+ * (attn_kv_bf16_kernel's) into one of two buffers while the other is computed: the same values, one barrier a split
+ * and no conversion. */
+template <int NE, int K, bool PRE, bool B16 = false, bool EXACT = false> /* (B16: bfloat16 rows, stage_async<true>;
+                                                                           * not with PRE; EXACT: head_dim 32 NE) */
+__global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS)
     attn_mma_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt, attn_pre c) {
     pdl_enter();
     extern __shared__ float smem[];
     __shared__ attn_desc_sm d;
     __shared__ uint8_t held_f[SPLIT];
     __shared__ uint64_t hm_f;
-    const int32_t kvh = blockIdx.x, hd = a.head_dim, lane = threadIdx.x & 31, ldk = hd + 32;
+    const int32_t kvh = blockIdx.x, hd = EXACT ? 32 * NE : a.head_dim, lane = threadIdx.x & 31, ldk = hd + 32;
     const int32_t t0 = (gridDim.y - 1 - blockIdx.y) * qt; /* the tiles with the most keys first */
     const size_t cb = (hd * VT_LD * 4 + SPLIT * ldk * 2 + SPLIT) / 4; /* floats a bf16 copy (mma_chunk_copy) */
     float *ks = smem, *vs = ks + SPLIT * pl.ld, *cp = PRE ? smem : vs + SPLIT * pl.ld; /* copies at cp */
@@ -1005,7 +1068,10 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
         const frags_bf16 f{kb_of(i), vt_of(i), ldk, hd};
         const int32_t ps[2] = {p[0] >= s * SPLIT ? p[0] : -1, p[1] >= s * SPLIT ? p[1] : -1};
         if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) /* (the same for a row tile's K warps) */
-            split_mma_tile<NE, K>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O, x, T, q);
+        {
+            if constexpr (K == 1) split_mma_warp<NE>(a, qa, qa8, f, hd, hm, s * SPLIT, ps, M, L, O);
+            else split_mma_tile<NE, K>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O, x, T, q);
+        }
     }
 #pragma unroll
     for (int r = 0; r < 2; r++)
@@ -1459,15 +1525,24 @@ static const attn_kernel cluster16_kernels[2][3] = {
     {attn_cluster16_kernel<2, 2>, attn_cluster16_kernel<2, 4>, attn_cluster16_kernel<2, 8>},
     {attn_cluster16_kernel<4, 2>, attn_cluster16_kernel<4, 4>, attn_cluster16_kernel<4, 8>}};
 
-/* The tensor-core chunk kernels, [from attn_pre's copy][K == 4][head_dim over 64] (attn_chunk) */
+/* The tensor-core chunk kernels, [from attn_pre's copy][K 1, 2, 4 as K >> 1][head_dim over 64] (attn_chunk) */
 typedef void (*mma_chunk_kernel)(gp_cu_attn, attn_plan, int32_t, attn_pre);
-static const mma_chunk_kernel mma_chunk_kernels[2][2][2] = {
-    {{attn_mma_chunk_kernel<2, 2, false>, attn_mma_chunk_kernel<4, 2, false>},
+static const mma_chunk_kernel mma_chunk_kernels[2][3][2] = {
+    {{attn_mma_chunk_kernel<2, 1, false>, attn_mma_chunk_kernel<4, 1, false>},
+     {attn_mma_chunk_kernel<2, 2, false>, attn_mma_chunk_kernel<4, 2, false>},
      {attn_mma_chunk_kernel<2, 4, false>, attn_mma_chunk_kernel<4, 4, false>}},
-    {{attn_mma_chunk_kernel<2, 2, true>, attn_mma_chunk_kernel<4, 2, true>},
+    {{attn_mma_chunk_kernel<2, 1, true>, attn_mma_chunk_kernel<4, 1, true>},
+     {attn_mma_chunk_kernel<2, 2, true>, attn_mma_chunk_kernel<4, 2, true>},
      {attn_mma_chunk_kernel<2, 4, true>, attn_mma_chunk_kernel<4, 4, true>}}};
-/* ... without attn_pre's copy over bfloat16 rows, [K == 4][head_dim over 64] */
-static const mma_chunk_kernel mma_chunk16_kernels[2][2] = {
+/* K = 1 for head_dim 64 and 128 exactly (their checks of the head's width folded away), [float32 rows, attn_pre's
+ * copy, bfloat16 rows][head_dim 128] */
+static const mma_chunk_kernel mma_chunk_exact[3][2] = {
+    {attn_mma_chunk_kernel<2, 1, false, false, true>, attn_mma_chunk_kernel<4, 1, false, false, true>},
+    {attn_mma_chunk_kernel<2, 1, true, false, true>, attn_mma_chunk_kernel<4, 1, true, false, true>},
+    {attn_mma_chunk_kernel<2, 1, false, true, true>, attn_mma_chunk_kernel<4, 1, false, true, true>}};
+/* ... without attn_pre's copy over bfloat16 rows, [K 1, 2, 4 as K >> 1][head_dim over 64] */
+static const mma_chunk_kernel mma_chunk16_kernels[3][2] = {
+    {attn_mma_chunk_kernel<2, 1, false, true>, attn_mma_chunk_kernel<4, 1, false, true>},
     {attn_mma_chunk_kernel<2, 2, false, true>, attn_mma_chunk_kernel<4, 2, false, true>},
     {attn_mma_chunk_kernel<2, 4, false, true>, attn_mma_chunk_kernel<4, 4, false, true>}};
 
@@ -1479,8 +1554,11 @@ extern "C" int gp_cu_attn_prepare(void) {
     for (int i = 0; i < nm && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute((const void *)(&mma_chunk_kernels[0][0][0])[i],
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
-    for (int i = 0; i < 4 && e == cudaSuccess; i++)
+    for (int i = 0; i < (int)(sizeof mma_chunk16_kernels / sizeof(mma_chunk_kernel)) && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute((const void *)(&mma_chunk16_kernels[0][0])[i],
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
+    for (int i = 0; i < (int)(sizeof mma_chunk_exact / sizeof(mma_chunk_kernel)) && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute((const void *)(&mma_chunk_exact[0][0])[i],
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     /* the other chunk kernels, then the decode tables' cluster and split kernels (NULL where none is built) */
     const int nk = (int)(sizeof ks / sizeof ks[0]), nc = (int)(sizeof cluster_kernels / sizeof(attn_kernel));
@@ -1610,28 +1688,31 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
     if (pl.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
     const int32_t hd = a->head_dim;
     if (attn_mma(a, &pl)) {
-        /* row tiles of K warps (4 for heads over 64, measured; GP_CU_ATTN_K=2|4 forces it), 16 warps a block when
-         * their blocks fill 0.8 of the multiprocessors or more, else 8 (GP_CU_ATTN_WIDE=1|0 forces it): the same
-         * bits.  (Measured on the H100, BENCHMARKS.md: at 128 blocks for 132 multiprocessors, a 512-token chunk of
-         * Llama-3.2-1B or Qwen3-0.6B, 16 warps take 44.7 µs against 47.2 and 59.1 against 69.7; at 112 blocks 40.3
-         * / 41.5 and 52.9 / 57.0; at 96 the same; at 64 slower.) */
+        /* a warp a row tile of 16 rows (K = 1, split_mma_warp), 8 warps a block when their blocks fill 0.8 of the
+         * multiprocessors or more, else 4 (GP_CU_ATTN_WIDE=1|0 forces it); GP_CU_ATTN_K=2|4 runs the row tiles of K
+         * warps instead (split_mma_tile, 16 warps or 8): the same bits.  (Measured on the H200, BENCHMARKS.md: a
+         * 512-token chunk at 8,192 held tokens, Llama-3.2-1B's prefill +16% over K = 2 and Qwen3-0.6B's +4% over K =
+         * 4; level at 0.  The H100's measurements of K = 2 and 4: 16 warps took 44.7 µs against 47.2 and 59.1 against
+         * 69.7 at 128 blocks for 132 multiprocessors.) */
         static const int64_t sms = gp_cu_sm_count();
         static const int force = env_int("GP_CU_ATTN_K", 0);
         static const int wide = env_int("GP_CU_ATTN_WIDE", -1);
-        const int K = force == 2 || force == 4 ? force : hd > 64 ? 4 : 2;
-        const int32_t q16 = 16 * MMA_WARPS / K / pl.G;
+        const int K = force == 1 || force == 2 || force == 4 ? force : 1;
+        const int32_t wmax = K == 1 ? MMA1_WARPS : MMA_WARPS / K, q16 = 16 * wmax / pl.G;
         const int64_t blocks = (int64_t)a->n_kv * ((a->n + q16 - 1) / q16);
         const bool fill = wide == 0 || wide == 1 ? wide == 1 : blocks * 5 >= 4 * sms;
-        const int32_t w = fill ? MMA_WARPS / K : MMA_WARPS / K / 2;
+        const int32_t w = fill ? wmax : wmax / 2;
         const int32_t qt = 16 * w / pl.G;
         const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * K * w);
         const attn_pre c = pre_copy(d, a, pl);
         if (c.k) launch(attn_kv_bf16_kernel, dim3((unsigned)(c.np / SPLIT), (unsigned)a->n_kv), dim3(256),
                         (size_t)2 * SPLIT * pl.ld * sizeof(float), d, *a, pl, c);
-        const mma_chunk_kernel kern = c.k ? mma_chunk_kernels[1][K == 4][hd > 64]
-                                      : a->k[0].bits == 16 ? mma_chunk16_kernels[K == 4][hd > 64]
-                                                           : mma_chunk_kernels[0][K == 4][hd > 64];
-        launch(kern, grid, blk, mma_chunk_smem(hd, w, c.k != NULL), d, *a, pl, qt, c);
+        const bool exact = K == 1 && (hd == 64 || hd == 128);
+        const mma_chunk_kernel kern = exact ? mma_chunk_exact[c.k ? 1 : a->k[0].bits == 16 ? 2 : 0][hd > 64]
+                                      : c.k ? mma_chunk_kernels[1][K >> 1][hd > 64]
+                                      : a->k[0].bits == 16 ? mma_chunk16_kernels[K >> 1][hd > 64]
+                                                           : mma_chunk_kernels[0][K >> 1][hd > 64];
+        launch(kern, grid, blk, mma_chunk_smem(hd, w, K, c.k != NULL), d, *a, pl, qt, c);
         return (int)cudaGetLastError();
     }
     /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
