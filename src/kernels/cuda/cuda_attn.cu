@@ -1067,8 +1067,7 @@ __global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS)
         }
         const frags_bf16 f{kb_of(i), vt_of(i), ldk, hd};
         const int32_t ps[2] = {p[0] >= s * SPLIT ? p[0] : -1, p[1] >= s * SPLIT ? p[1] : -1};
-        if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) /* (the same for a row tile's K warps) */
-        {
+        if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) { /* (the same for a row tile's K warps) */
             if constexpr (K == 1) split_mma_warp<NE>(a, qa, qa8, f, hd, hm, s * SPLIT, ps, M, L, O);
             else split_mma_tile<NE, K>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O, x, T, q);
         }
