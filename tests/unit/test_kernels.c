@@ -164,3 +164,38 @@ TEST(kernels_dpbf16_gives_the_float32_kernels_bits) {
     NOTE("%d (k, n) cases: %d differ from the AVX-512 float32 kernel's bits (want 0)", checked, differ);
     CHECK(differ == 0);
 }
+
+/* Attention over bfloat16 rows (scores16, pv16): in every path, the bits scores and pv give on the same rows widened
+ * to float32, for head_dim 16-256, runs of 1-9 keys (the 4-key blocks and their remainders) and a row stride wider
+ * than the head (a kv head's slice of the cache's rows). */
+TEST(kernels_bf16_rows_give_the_float32_rows_bits) {
+    const int64_t hds[] = {16, 64, 128, 256}, counts[] = {1, 3, 4, 9};
+    int cases = 0, differ = 0;
+    for (size_t p = 0; p < 3; p++) {
+        if (!gp_cpu_simd_supported(PATHS[p])) continue;
+        REQUIRE(gp_cpu_force_simd(PATHS[p]) == 0);
+        const gp_simd_kernels *K = gp_cpu_kernels();
+        for (size_t h = 0; h < 4; h++)
+            for (size_t c = 0; c < 4; c++, cases++) {
+                const int64_t hd = hds[h], n = counts[c], stride = 3 * hd;
+                uint16_t *r16 = malloc(sizeof(uint16_t) * (size_t)(n * stride));
+                float *r32 = malloc(sizeof(float) * (size_t)(n * stride)), *q = malloc(sizeof(float) * (size_t)hd);
+                float s16[9], s32[9], pr[9], *o16 = calloc((size_t)hd, sizeof(float));
+                float *o32 = calloc((size_t)hd, sizeof(float));
+                uint32_t s = (uint32_t)(11 + 7 * h + c);
+                for (int64_t i = 0; i < n * stride; i++) r32[i] = gp_bf16_to_f32(r16[i] = gp_f32_to_bf16(frand(&s)));
+                for (int64_t i = 0; i < hd; i++) q[i] = frand(&s);
+                for (int64_t j = 0; j < n; j++) pr[j] = frand(&s) + 0.5f;
+                K->scores16(s16, q, r16 + hd, stride, n, hd);
+                K->scores(s32, q, r32 + hd, stride, n, hd);
+                K->pv16(o16, pr, 1.7f, r16 + hd, stride, n, hd);
+                K->pv(o32, pr, 1.7f, r32 + hd, stride, n, hd);
+                differ += memcmp(s16, s32, sizeof(float) * (size_t)n) || memcmp(o16, o32, sizeof(float) * (size_t)hd);
+                free(r16), free(r32), free(q), free(o16), free(o32);
+            }
+    }
+    gp_cpu_force_simd(NULL);
+    NOTE("scores16 / pv16 against scores / pv on the widened rows (paths x head_dim 16-256 x 1-9 keys, %d cases): "
+         "%d differ (want 0)", cases, differ);
+    CHECK_EQ_INT(differ, 0);
+}

@@ -269,15 +269,17 @@ static void kv_dequant(const gp_kv_rows *s, int64_t r, int32_t off, int32_t len,
 }
 
 /* Runs f over the visible held positions of query position p in increasing order, as runs of rows evenly spaced
- * kvd floats apart (float rows) or single dequantized rows (quantized rows, into tmp [hd]).  values: read the
- * value storages, else the keys.  f gets (first row, count, keys done so far). */
+ * kvd floats apart (float rows: CALL with row), runs of bfloat16 rows ld16 elements apart where the kernels take
+ * them (CALL16 with row16: head_dim a multiple of 16 up to 256), or single dequantized rows (other quantized rows,
+ * into tmp [hd]: CALL).  values: read the value storages, else the keys.  CALL gets (first row, count c, keys done
+ * so far cnt). */
 typedef struct attn_walk {
     const gp_attn_args *a;
     int32_t kvh, p;
     float *tmp;
 } attn_walk;
 
-#define WALK(W, VALUES, CALL)                                                                                         \
+#define WALK(W, VALUES, CALL, CALL16)                                                                                 \
     do {                                                                                                              \
         const gp_kv_desc *d_ = (W)->a->kv;                                                                            \
         const int32_t hd_ = (W)->a->head_dim, p_ = (W)->p;                                                            \
@@ -296,6 +298,12 @@ typedef struct attn_walk {
                     const float *row = st_->f + r_ * st_->kvd + (int64_t)(W)->kvh * hd_;                             \
                     const int32_t c = j1_ - j0_;                                                                      \
                     CALL;                                                                                             \
+                    cnt += c;                                                                                         \
+                } else if (st_->bits == 16 && hd_ % 16 == 0 && hd_ <= 256) {                                          \
+                    const uint16_t *row16 = (const uint16_t *)(st_->q + r_ * st_->row_bytes) + (W)->kvh * hd_;    \
+                    const int64_t ld16 = st_->row_bytes / 2;                                                          \
+                    const int32_t c = j1_ - j0_;                                                                      \
+                    CALL16;                                                                                           \
                     cnt += c;                                                                                         \
                 } else                                                                                                \
                     for (int32_t j_ = j0_; j_ < j1_; j_++) {                                                          \
@@ -324,7 +332,8 @@ static void attn_item(void *arg, int64_t tk, int thread) {
     for (int32_t h = kvh * group; h < (kvh + 1) * group; h++) {
         const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
         int32_t n_keys = 0;
-        WALK(&w, 0, (K->scores(sc + cnt, q, row, kv_stride, c, hd), n_keys = cnt + c));
+        WALK(&w, 0, (K->scores(sc + cnt, q, row, kv_stride, c, hd), n_keys = cnt + c),
+             (K->scores16(sc + cnt, q, row16, ld16, c, hd), n_keys = cnt + c));
         float mx = -INFINITY;
         for (int32_t i = 0; i < n_keys; i++) {
             float s = J->bf16 ? bf16r(bf16r(sc[i]) * a->scale) : sc[i] * a->scale;
@@ -341,7 +350,7 @@ static void attn_item(void *arg, int64_t tk, int thread) {
         float *o = a->out + ((int64_t)t * a->n_heads + h) * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
         w.tmp = sc + (J->stride - hd);
-        WALK(&w, 1, K->pv(o, sc + cnt, sum, row, kv_stride, c, hd));
+        WALK(&w, 1, K->pv(o, sc + cnt, sum, row, kv_stride, c, hd), K->pv16(o, sc + cnt, sum, row16, ld16, c, hd));
         w.tmp = sc + (J->stride - 2 * hd);
         if (J->bf16) round_all(o, hd);
     }

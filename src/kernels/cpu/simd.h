@@ -38,6 +38,10 @@ typedef struct gp_simd_kernels {
     /* for j in [0, count) in order: o [hd] += (p[j] / sum) * v_j [hd], v_j = v + j*stride: the same bits as
      * axpy(o, p[j] / sum, v_j, hd) called key by key */
     void (*pv)(float *o, const float *p, float sum, const float *v, int64_t stride, int64_t count, int64_t hd);
+    /* scores and pv over bfloat16 rows (a cache's `kv_bits 16` rows, widened as they are read; hd a multiple of 16,
+     * at most 256): the bits scores and pv give on the rows widened to float32 */
+    void (*scores16)(float *s, const float *q, const uint16_t *k, int64_t stride, int64_t count, int64_t hd);
+    void (*pv16)(float *o, const float *p, float sum, const uint16_t *v, int64_t stride, int64_t count, int64_t hd);
     /* g [n] = silu(g) * u [n] */
     void (*silu_mul)(float *g, const float *u, int64_t n);
 } gp_simd_kernels;

@@ -344,6 +344,23 @@ static void pv(float *o, const float *p, float sum, const float *v, int64_t stri
     for (int64_t j = 0; j < count; j++) axpy(o, p[j] / sum, v + j * stride, hd);
 }
 
+/* scores and pv over bfloat16 rows (hd a multiple of 16): dot's lanes and tree with the key as the weight row (an
+ * FMA's product does not depend on its operands' order), and axpy's FMAs on the widened values */
+static void scores16(float *s, const float *q, const uint16_t *k, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) matvec_bf16(s + j, k + j * stride, hd, 0, 1, q);
+}
+static void pv16(float *o, const float *p, float sum, const uint16_t *v, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) {
+        const __m256 va = _mm256_set1_ps(p[j] / sum);
+        for (int64_t i = 0; i < hd; i += 16) {
+            __m256 lo, hi;
+            ld_bf16(v + j * stride + i, &lo, &hi);
+            _mm256_storeu_ps(o + i, _mm256_fmadd_ps(va, lo, _mm256_loadu_ps(o + i)));
+            _mm256_storeu_ps(o + i + 8, _mm256_fmadd_ps(va, hi, _mm256_loadu_ps(o + i + 8)));
+        }
+    }
+}
+
 /* g [n] = g / (1 + exp(-g)) * u [n] */
 static void silu_mul(float *g, const float *u, int64_t n) {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
@@ -366,7 +383,7 @@ static void silu_mul(float *g, const float *u, int64_t n) {
 
 static const gp_simd_kernels AVX2 = {
     .name = "avx2", .id = GP_SIMD_AVX2, .dot = dot, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
-    .silu_mul = silu_mul,
+    .scores16 = scores16, .pv16 = pv16, .silu_mul = silu_mul,
 };
 
 #pragma GCC pop_options

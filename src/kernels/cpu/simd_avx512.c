@@ -301,54 +301,63 @@ static void axpy(float *o, float a, const float *v, int64_t n) {
 #define MAXQ 16 /* head_dim up to 256 is held in registers */
 
 /* s[j] = q · k_j: q held in registers, 4 keys at a time (4 independent 16-lane chains), each reduced by the fixed
- * tree; the same operations, in the same order per key, as dot(q, k_j, hd). */
+ * tree; the same operations, in the same order per key, as dot(q, k_j, hd).  hd a multiple of 16 up to 16 MAXQ;
+ * LD widens 16 of a key's elements (float32 rows, or bfloat16 rows: scores16). */
+#define DEFINE_SCORES(NAME, TYPE, LD)                                                                                 \
+    static void NAME(float *s, const float *q, const TYPE *k, int64_t stride, int64_t count, int64_t hd) {            \
+        const int nv = (int)(hd / 16);                                                                                \
+        __m512 qv[MAXQ];                                                                                              \
+        for (int v = 0; v < nv; v++) qv[v] = _mm512_loadu_ps(q + 16 * v);                                             \
+        int64_t j = 0;                                                                                                \
+        for (; j + 4 <= count; j += 4) {                                                                              \
+            const TYPE *k0 = k + j * stride, *k1 = k0 + stride, *k2 = k1 + stride, *k3 = k2 + stride;                 \
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                               \
+            for (int v = 0; v < nv; v++) {                                                                           \
+                a0 = _mm512_fmadd_ps(qv[v], LD(k0 + 16 * v), a0);                                                    \
+                a1 = _mm512_fmadd_ps(qv[v], LD(k1 + 16 * v), a1);                                                    \
+                a2 = _mm512_fmadd_ps(qv[v], LD(k2 + 16 * v), a2);                                                    \
+                a3 = _mm512_fmadd_ps(qv[v], LD(k3 + 16 * v), a3);                                                    \
+            }                                                                                                         \
+            s[j] = reduce16(a0);                                                                                      \
+            s[j + 1] = reduce16(a1);                                                                                  \
+            s[j + 2] = reduce16(a2);                                                                                  \
+            s[j + 3] = reduce16(a3);                                                                                  \
+        }                                                                                                             \
+        for (; j < count; j++) {                                                                                      \
+            const TYPE *k0 = k + j * stride;                                                                          \
+            __m512 a0 = _mm512_setzero_ps();                                                                          \
+            for (int v = 0; v < nv; v++) a0 = _mm512_fmadd_ps(qv[v], LD(k0 + 16 * v), a0);                            \
+            s[j] = reduce16(a0);                                                                                      \
+        }                                                                                                             \
+    }
+DEFINE_SCORES(scores_regs, float, ld_f32)
+DEFINE_SCORES(scores16, uint16_t, ld_bf16)
 static void scores(float *s, const float *q, const float *k, int64_t stride, int64_t count, int64_t hd) {
-    if (hd % 16 || hd > 16 * MAXQ) {
+    if (hd % 16 || hd > 16 * MAXQ)
         for (int64_t j = 0; j < count; j++) s[j] = dot(q, k + j * stride, hd);
-        return;
-    }
-    const int nv = (int)(hd / 16);
-    __m512 qv[MAXQ];
-    for (int v = 0; v < nv; v++) qv[v] = _mm512_loadu_ps(q + 16 * v);
-    int64_t j = 0;
-    for (; j + 4 <= count; j += 4) {
-        const float *k0 = k + j * stride, *k1 = k0 + stride, *k2 = k1 + stride, *k3 = k2 + stride;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int v = 0; v < nv; v++) {
-            a0 = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k0 + 16 * v), a0);
-            a1 = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k1 + 16 * v), a1);
-            a2 = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k2 + 16 * v), a2);
-            a3 = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k3 + 16 * v), a3);
-        }
-        s[j] = reduce16(a0);
-        s[j + 1] = reduce16(a1);
-        s[j + 2] = reduce16(a2);
-        s[j + 3] = reduce16(a3);
-    }
-    for (; j < count; j++) {
-        const float *k0 = k + j * stride;
-        __m512 a0 = _mm512_setzero_ps();
-        for (int v = 0; v < nv; v++) a0 = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k0 + 16 * v), a0);
-        s[j] = reduce16(a0);
-    }
+    else scores_regs(s, q, k, stride, count, hd);
 }
 
 /* o += (p[j] / sum) * v_j key by key, with o held in registers: the same fused operations, in the same order per
- * element, as axpy called key by key. */
+ * element, as axpy called key by key (hd a multiple of 16 up to 16 MAXQ; LD as above: pv16 over bfloat16 rows). */
+#define DEFINE_PV(NAME, TYPE, LD)                                                                                     \
+    static void NAME(float *o, const float *p, float sum, const TYPE *v, int64_t stride, int64_t count, int64_t hd) { \
+        const int nv = (int)(hd / 16);                                                                                \
+        __m512 ov[MAXQ];                                                                                              \
+        for (int i = 0; i < nv; i++) ov[i] = _mm512_loadu_ps(o + 16 * i);                                             \
+        for (int64_t j = 0; j < count; j++) {                                                                         \
+            const __m512 w = _mm512_set1_ps(p[j] / sum);                                                              \
+            const TYPE *vj = v + j * stride;                                                                          \
+            for (int i = 0; i < nv; i++) ov[i] = _mm512_fmadd_ps(w, LD(vj + 16 * i), ov[i]);                          \
+        }                                                                                                             \
+        for (int i = 0; i < nv; i++) _mm512_storeu_ps(o + 16 * i, ov[i]);                                             \
+    }
+DEFINE_PV(pv_regs, float, ld_f32)
+DEFINE_PV(pv16, uint16_t, ld_bf16)
 static void pv(float *o, const float *p, float sum, const float *v, int64_t stride, int64_t count, int64_t hd) {
-    if (hd % 16 || hd > 16 * MAXQ) {
+    if (hd % 16 || hd > 16 * MAXQ)
         for (int64_t j = 0; j < count; j++) axpy(o, p[j] / sum, v + j * stride, hd);
-        return;
-    }
-    const int nv = (int)(hd / 16);
-    __m512 ov[MAXQ];
-    for (int i = 0; i < nv; i++) ov[i] = _mm512_loadu_ps(o + 16 * i);
-    for (int64_t j = 0; j < count; j++) {
-        const __m512 w = _mm512_set1_ps(p[j] / sum);
-        const float *vj = v + j * stride;
-        for (int i = 0; i < nv; i++) ov[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vj + 16 * i), ov[i]);
-    }
-    for (int i = 0; i < nv; i++) _mm512_storeu_ps(o + 16 * i, ov[i]);
+    else pv_regs(o, p, sum, v, stride, count, hd);
 }
 
 /* g [n] = g / (1 + exp(-g)) * u [n] */
@@ -370,7 +379,7 @@ static void silu_mul(float *g, const float *u, int64_t n) {
 
 static const gp_simd_kernels AVX512 = {
     .name = "avx512", .id = GP_SIMD_AVX512, .dot = dot, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
-    .silu_mul = silu_mul,
+    .scores16 = scores16, .pv16 = pv16, .silu_mul = silu_mul,
 };
 
 #pragma GCC pop_options

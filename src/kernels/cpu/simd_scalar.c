@@ -60,6 +60,18 @@ static void pv(float *o, const float *p, float sum, const float *v, int64_t stri
     for (int64_t j = 0; j < count; j++) axpy(o, p[j] / sum, v + j * stride, hd);
 }
 
+/* scores and pv over bfloat16 rows: the same products and sums on the widened values (q k = k q, rounded once) */
+static void scores16(float *s, const float *q, const uint16_t *k, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) s[j] = dot_bf16(k + j * stride, q, hd);
+}
+static void pv16(float *o, const float *p, float sum, const uint16_t *v, int64_t stride, int64_t count, int64_t hd) {
+    for (int64_t j = 0; j < count; j++) {
+        const float a = p[j] / sum;
+        const uint16_t *vj = v + j * stride;
+        for (int64_t i = 0; i < hd; i++) o[i] += a * gp_bf16_to_f32(vj[i]);
+    }
+}
+
 /* g [n] = silu(g) * u [n] */
 static void silu_mul(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
@@ -70,7 +82,7 @@ static void silu_mul(float *g, const float *u, int64_t n) {
 
 static const gp_simd_kernels SCALAR = {
     .name = "scalar", .id = GP_SIMD_SCALAR, .dot = dot_f32, .exp_sum = exp_sum, .axpy = axpy, .scores = scores, .pv = pv,
-    .silu_mul = silu_mul,
+    .scores16 = scores16, .pv16 = pv16, .silu_mul = silu_mul,
 };
 
 const gp_simd_kernels *gp_simd_scalar(void) { return &SCALAR; }
