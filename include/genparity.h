@@ -268,7 +268,7 @@ typedef struct gp_ctx_params {
                               most recent N - keep positions up to p; memory stays bounded however long the run */
     int32_t keep;          /* rotating: positions never evicted; -1 (default): mlx-lm's 4 (at most max_kv_size - 1)
                               with a rotating cache, else 0; an explicit keep > 0 needs max_kv_size > 0 */
-    int32_t kv_bits;       /* 0 (default): float32 rows, or bfloat16 rows with GP_COMPUTE_BF16 on GP_DEVICE_CUDA;
+    int32_t kv_bits;       /* 0 (default): float32 rows, or bfloat16 rows with GP_COMPUTE_BF16;
                               16: bfloat16 rows, half the bytes (GP_COMPUTE_BF16 rounds keys and values to bfloat16
                               before they are stored: the same logits; GP_COMPUTE_F32 rounds them when stored);
                               32: float32 rows; 4 or 8: affine-quantized rows */

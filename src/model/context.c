@@ -124,11 +124,10 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
     x->ws_lora_rank = m->max_lora_rank;
     snprintf(x->lora_desc, sizeof x->lora_desc, "none");
     x->steer.be = x->be;
-    /* kv_bits 0: float32 rows, but bfloat16 ones in the bf16 mode on CUDA (which rounds keys and values to bfloat16
-     * before they are stored: the same values in half the bytes, and its tensor-core decode reads them as they are;
-     * the CPU's attention widens them a row at a time, slower: BENCHMARKS.md); 32: float32 rows (the cache's 0) */
-    const int bf_rows = p.compute == GP_COMPUTE_BF16 && p.device == GP_DEVICE_CUDA;
-    const int32_t bits = p.kv_bits == 0 ? (bf_rows ? 16 : 0) : p.kv_bits == 32 ? 0 : p.kv_bits;
+    /* kv_bits 0: float32 rows, but bfloat16 ones in the bf16 mode (which rounds keys and values to bfloat16 before
+     * they are stored: the same values in half the bytes; CUDA's tensor-core decode and the CPU's scores16 / pv16
+     * read them as they are: BENCHMARKS.md); 32: float32 rows (the cache's 0) */
+    const int32_t bits = p.kv_bits == 0 ? (p.compute == GP_COMPUTE_BF16 ? 16 : 0) : p.kv_bits == 32 ? 0 : p.kv_bits;
     x->kvp = (gp_kv_params){.n_ctx = p.n_ctx, .max_kv_size = p.max_kv_size, .keep = p.keep, .bits = bits,
                             .group = p.kv_group_size, .q_start = p.quantized_kv_start};
     gp_cache *first;
