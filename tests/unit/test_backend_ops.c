@@ -281,28 +281,6 @@ TEST(backend_ops_elementwise) {
 
 /* ---- KV storage and attention ---- */
 
-/* Backend KV rows of `rows` rows (float and quantized arrays both allocated; bits 16: bfloat16 rows, no groups). */
-static gp_kv_rows kv_alloc(gp_backend *be, int32_t rows, int32_t kvd, int32_t bits, int32_t group) {
-    gp_kv_rows r = {0};
-    r.kvd = kvd;
-    r.bits = bits;
-    r.group = group;
-    r.n_groups = bits == 16 ? 0 : (kvd + group - 1) / group;
-    r.row_bytes = (kvd * bits + 7) / 8;
-    r.f = be->ops->alloc(be, sizeof(float) * (size_t)rows * kvd);
-    r.q = be->ops->alloc(be, (size_t)rows * (size_t)(r.row_bytes > 0 ? r.row_bytes : 1));
-    r.scale = be->ops->alloc(be, sizeof(float) * (size_t)rows * r.n_groups);
-    r.minv = be->ops->alloc(be, sizeof(float) * (size_t)rows * r.n_groups);
-    return r;
-}
-
-static void kv_free(gp_backend *be, gp_kv_rows *r) {
-    be->ops->dealloc(be, r->f);
-    be->ops->dealloc(be, r->q);
-    be->ops->dealloc(be, r->scale);
-    be->ops->dealloc(be, r->minv);
-}
-
 /* Row r of s as floats (dequantized when quant), read back to the host by the plain formula of gp_kv_rows. */
 static void kv_row(gp_backend *be, const gp_kv_rows *s, int32_t r, int quant, float *out) {
     if (!quant) {
@@ -334,8 +312,8 @@ TEST(backend_ops_kv_store_copy) {
         double worst[2] = {0, 0};
         int bf16_exact = 1;
         for (int bits = 4; bits <= 16; bits += bits == 8 ? 8 : 4) {
-            gp_kv_rows a = kv_alloc(be, rows, kvd, bits, 32), c = kv_alloc(be, rows, kvd, bits, 32);
-            gp_kv_rows a2 = kv_alloc(be, rows, kvd, bits, 32), c2 = kv_alloc(be, rows, kvd, bits, 32);
+            gp_kv_rows a = bu_kv_alloc(be, rows, kvd, bits, 32), c = bu_kv_alloc(be, rows, kvd, bits, 32);
+            gp_kv_rows a2 = bu_kv_alloc(be, rows, kvd, bits, 32), c2 = bu_kv_alloc(be, rows, kvd, bits, 32);
             float *dx = bu_dev_from(be, x, (size_t)rows * kvd);
             be->ops->kv_store(ws, &a, &a2, 0, dx, dx, rows, 1);
             be->ops->kv_store(ws, &a, &a2, 0, dx, dx, 2, 0);
@@ -368,8 +346,8 @@ TEST(backend_ops_kv_store_copy) {
             kv_row(be, &c2, 4, 0, row);
             CHECK(!memcmp(row, x + kvd, sizeof(float) * kvd));
             be->ops->dealloc(be, dx);
-            kv_free(be, &a), kv_free(be, &a2);
-            kv_free(be, &c), kv_free(be, &c2);
+            bu_kv_free(be, &a), bu_kv_free(be, &a2);
+            bu_kv_free(be, &c), bu_kv_free(be, &c2);
         }
         NOTE("%s kv_store: max error / quantization step %.3f (4-bit), %.3f (8-bit) (tol 0.5 + 1e-4); bfloat16 rows "
              "%s; kv_copy exact", BACKENDS[b].name, worst[0], worst[1],
@@ -388,8 +366,8 @@ TEST(backend_ops_kv_store_copy) {
 static void attention_case(gp_backend *be, int32_t hd, float softcap, int32_t kb, int32_t vb, double *err, int *same) {
     enum { NKV = 2, NH = 4, N = 5, POS0 = 14, WINDOW = 6, PINNED = 2 };
     const int32_t kvd = NKV * hd;
-    gp_kv_rows st[2] = {kv_alloc(be, 9, kvd, kb, 16), kv_alloc(be, N, kvd, kb, 16)};
-    gp_kv_rows sv[2] = {kv_alloc(be, 9, kvd, vb, 16), kv_alloc(be, N, kvd, vb, 16)};
+    gp_kv_rows st[2] = {bu_kv_alloc(be, 9, kvd, kb, 16), bu_kv_alloc(be, N, kvd, kb, 16)};
+    gp_kv_rows sv[2] = {bu_kv_alloc(be, 9, kvd, vb, 16), bu_kv_alloc(be, N, kvd, vb, 16)};
     gp_kv_desc d = {.k = {st[0], st[1]}, .v = {sv[0], sv[1]}, .window = WINDOW, .pinned = PINNED};
     /* positions -> (storage, row, quantized); positions 2..4 evicted */
     const gp_kv_seg segs[] = {{0, 2, 0, 0, 0}, {5, 9, 2, 0, 0}, {9, 12, 6, 0, 1}, {12, 14, 3, 0, 1},
@@ -449,7 +427,7 @@ static void attention_case(gp_backend *be, int32_t hd, float softcap, int32_t kb
                 *err = fmax(*err, fabs(got[0][(t * NH + h) * hd + i] - o));
             }
         }
-    for (int i = 0; i < 2; i++) kv_free(be, &st[i]), kv_free(be, &sv[i]);
+    for (int i = 0; i < 2; i++) bu_kv_free(be, &st[i]), bu_kv_free(be, &sv[i]);
     be->ops->dealloc(be, dq), be->ops->dealloc(be, dout);
     be->ops->ws_free(ws1), be->ops->ws_free(ws3);
     free(kx), free(q), free(got[0]), free(got[1]);
@@ -506,7 +484,7 @@ static int rope_attention_case(gp_backend *be, int32_t compute, int32_t hd, int3
     for (size_t i = 0; i < (size_t)rows * kvd; i++) oldh[i] = gp_f32_to_bf16(old[i]);
     const int b16 = bits == 16;
     for (int c = 0; c < 2; c++) {
-        ck[c] = kv_alloc(be, rows, kvd, bits, 32), cv[c] = kv_alloc(be, rows, kvd, bits, 32);
+        ck[c] = bu_kv_alloc(be, rows, kvd, bits, 32), cv[c] = bu_kv_alloc(be, rows, kvd, bits, 32);
         void *kd = b16 ? (void *)ck[c].q : ck[c].f, *vd = b16 ? (void *)cv[c].q : cv[c].f;
         be->ops->upload(be, kd, b16 ? (const void *)oldh : old, (b16 ? 2 : 4) * (size_t)pos * kvd);
         be->ops->upload(be, vd, b16 ? (const void *)oldh : old, (b16 ? 2 : 4) * (size_t)pos * kvd);
@@ -530,7 +508,7 @@ static int rope_attention_case(gp_backend *be, int32_t compute, int32_t hd, int3
     const float *v0 = b16 ? (const float *)cv[0].q : cv[0].f, *v1 = b16 ? (const float *)cv[1].q : cv[1].f;
     bad += !same_bits(be, ws, k0, k1, words) + !same_bits(be, ws, v0, v1, words);
     for (int c = 0; c < 2; c++) {
-        kv_free(be, &ck[c]), kv_free(be, &cv[c]);
+        bu_kv_free(be, &ck[c]), bu_kv_free(be, &cv[c]);
         for (int i = 0; i < 3; i++) be->ops->dealloc(be, d[c][i]);
         be->ops->dealloc(be, out[c]);
     }

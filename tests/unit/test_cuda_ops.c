@@ -288,22 +288,6 @@ TEST(cuda_backend_elementwise_ops_match_cpu) {
 
 /* ---- KV rows and attention ---- */
 
-static gp_kv_rows kv_alloc(gp_backend *be, int32_t rows, int32_t kvd, int32_t bits, int32_t group) {
-    gp_kv_rows r = {0};
-    r.kvd = kvd, r.bits = bits, r.group = group;
-    r.n_groups = bits == 16 ? 0 : (kvd + group - 1) / group; /* (bits 16: bfloat16 rows, no groups) */
-    r.row_bytes = (kvd * bits + 7) / 8;
-    r.f = be->ops->alloc(be, sizeof(float) * (size_t)rows * kvd);
-    r.q = be->ops->alloc(be, (size_t)rows * (size_t)(r.row_bytes > 0 ? r.row_bytes : 1));
-    r.scale = be->ops->alloc(be, sizeof(float) * (size_t)rows * (size_t)(r.n_groups > 0 ? r.n_groups : 1));
-    r.minv = be->ops->alloc(be, sizeof(float) * (size_t)rows * (size_t)(r.n_groups > 0 ? r.n_groups : 1));
-    return r;
-}
-
-static void kv_free(gp_backend *be, gp_kv_rows *r) {
-    be->ops->dealloc(be, r->f), be->ops->dealloc(be, r->q), be->ops->dealloc(be, r->scale), be->ops->dealloc(be, r->minv);
-}
-
 TEST(cuda_backend_kv_quantizer_gives_the_cpu_bits) {
     if (!backends()) return;
     enum { ROWS = 9, KVD = 512 };
@@ -317,7 +301,7 @@ TEST(cuda_backend_kv_quantizer_gives_the_cpu_bits) {
             for (int b = 0; b < 2; b++) {
                 gp_backend *be = g_be[b];
                 gp_ws *ws = mk_ws(be, 0, ROWS, 1, 1, 1, 0);
-                gp_kv_rows rk = kv_alloc(be, ROWS, KVD, bits, group), rv = kv_alloc(be, ROWS, KVD, bits, group);
+                gp_kv_rows rk = bu_kv_alloc(be, ROWS, KVD, bits, group), rv = bu_kv_alloc(be, ROWS, KVD, bits, group);
                 float *dk = bu_dev_from(be, k, (size_t)ROWS * KVD), *dv = bu_dev_from(be, v, (size_t)ROWS * KVD);
                 be->ops->kv_store(ws, &rk, &rv, 0, dk, dv, ROWS, 1);
                 CHECK_STATUS(be->ops->finish(ws), GP_OK);
@@ -328,7 +312,7 @@ TEST(cuda_backend_kv_quantizer_gives_the_cpu_bits) {
                 be->ops->download(be, sc[b] + ROWS * ng, rk.minv, sizeof(float) * ROWS * ng);
                 be->ops->download(be, sc[b] + 2 * ROWS * ng, rv.scale, sizeof(float) * ROWS * ng);
                 be->ops->download(be, sc[b] + 3 * ROWS * ng, rv.minv, sizeof(float) * ROWS * ng);
-                kv_free(be, &rk), kv_free(be, &rv);
+                bu_kv_free(be, &rk), bu_kv_free(be, &rv);
                 be->ops->dealloc(be, dk), be->ops->dealloc(be, dv);
                 be->ops->ws_free(ws);
             }
@@ -355,8 +339,8 @@ static float *run_attention(int b, int32_t n, int32_t window, float softcap, int
     const int32_t kvd = NKV * hd;
     gp_backend *be = g_be[b];
     gp_ws *ws = mk_ws(be, compute, n, POS0 + n, hd, NH, 0);
-    gp_kv_rows ck = kv_alloc(be, CAP, kvd, bits, 32), cv = kv_alloc(be, CAP, kvd, bits, 32);
-    gp_kv_rows sk = kv_alloc(be, n, kvd, bits, 32), sv = kv_alloc(be, n, kvd, bits, 32);
+    gp_kv_rows ck = bu_kv_alloc(be, CAP, kvd, bits, 32), cv = bu_kv_alloc(be, CAP, kvd, bits, 32);
+    gp_kv_rows sk = bu_kv_alloc(be, n, kvd, bits, 32), sv = bu_kv_alloc(be, n, kvd, bits, 32);
     float *k = rand_f32((size_t)(CAP + n) * kvd, 21, 2.0f), *v = rand_f32((size_t)(CAP + n) * kvd, 22, 2.0f);
     float *q = rand_f32((size_t)n * NH * hd, 23, 2.0f);
     const int b16 = bits == 16; /* bfloat16 rows: every held position's, rounded as stored */
@@ -385,7 +369,7 @@ static float *run_attention(int b, int32_t n, int32_t window, float softcap, int
             be->ops->attention(ws, &one);
         }
     float *out = bu_host_of(be, ws, dout, (size_t)n * NH * hd);
-    kv_free(be, &ck), kv_free(be, &cv), kv_free(be, &sk), kv_free(be, &sv);
+    bu_kv_free(be, &ck), bu_kv_free(be, &cv), bu_kv_free(be, &sk), bu_kv_free(be, &sv);
     be->ops->dealloc(be, dk), be->ops->dealloc(be, dv), be->ops->dealloc(be, dq), be->ops->dealloc(be, dout);
     be->ops->ws_free(ws);
     free(k), free(v), free(q);
