@@ -160,6 +160,18 @@ static int parse_pos(const char *flag, const char *v, int lo, int *out) {
     return 0;
 }
 
+/* One run on a fresh cache: the depth's d ids prefilled (not timed), then a prefill of p ids and k single-token
+ * decodes, timed; their seconds, or -1 when an eval fails. */
+static double bench_run(gp_ctx *c, const int32_t *ids, int d, int p, int k, float *logits) {
+    gp_ctx_reset(c);
+    if (d > 0 && gp_ctx_eval(c, ids, d, NULL, logits) != GP_OK) return -1;
+    const double a = now();
+    if (p > 0 && gp_ctx_eval(c, ids + d, p, NULL, logits) != GP_OK) return -1;
+    for (int i = 0; i < k; i++)
+        if (gp_ctx_eval(c, ids + d + i, 1, NULL, logits) != GP_OK) return -1;
+    return now() - a;
+}
+
 /* Runs one model; fills *r.  Returns 0, or 1 after printing the library's message. */
 static int bench_model(const char *dir, int p, int n, int d, int reps, int threads, int device, double bw, row *r) {
     memset(r, 0, sizeof *r);
@@ -204,29 +216,17 @@ static int bench_model(const char *dir, int p, int n, int d, int reps, int threa
     }
     /* warm-up: one prefill and a few decode steps, each after the depth's (faults the mapped weights in, and grows
      * the buffers a cache of that depth needs: without it the first repetition at a depth paid for them) */
-    for (int t = 0; t < 2; t++) {
-        const int k = t == 0 ? p : (n < 4 ? n : 4);
-        if (k == 0) continue;
-        gp_ctx_reset(c);
-        if (d > 0 && gp_ctx_eval(c, ids, d, NULL, logits) != GP_OK) goto fail;
-        if (t == 0 && gp_ctx_eval(c, ids + d, p, NULL, logits) != GP_OK) goto fail;
-        for (int i = 0; t == 1 && i < k; i++)
-            if (gp_ctx_eval(c, ids + d + i, 1, NULL, logits) != GP_OK) goto fail;
-    }
+    if (p > 0 && bench_run(c, ids, d, p, 0, logits) < 0) goto fail;
+    if (n > 0 && bench_run(c, ids, d, 0, n < 4 ? n : 4, logits) < 0) goto fail;
     for (int k = 0; k < reps && p > 0; k++) {
-        gp_ctx_reset(c);
-        if (d > 0 && gp_ctx_eval(c, ids, d, NULL, logits) != GP_OK) goto fail;
-        double a = now();
-        if (gp_ctx_eval(c, ids + d, p, NULL, logits) != GP_OK) goto fail;
-        pp[k] = p / (now() - a);
+        const double t = bench_run(c, ids, d, p, 0, logits);
+        if (t < 0) goto fail;
+        pp[k] = p / t;
     }
     for (int k = 0; k < reps && n > 0; k++) {
-        gp_ctx_reset(c);
-        if (d > 0 && gp_ctx_eval(c, ids, d, NULL, logits) != GP_OK) goto fail;
-        double a = now();
-        for (int i = 0; i < n; i++)
-            if (gp_ctx_eval(c, ids + d + i, 1, NULL, logits) != GP_OK) goto fail;
-        tg[k] = n / (now() - a);
+        const double t = bench_run(c, ids, d, 0, n, logits);
+        if (t < 0) goto fail;
+        tg[k] = n / t;
     }
     r->pp = stats(pp, p > 0 ? reps : 0);
     r->tg = stats(tg, n > 0 ? reps : 0);
