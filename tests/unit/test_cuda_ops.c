@@ -382,9 +382,9 @@ TEST(cuda_backend_attention_matches_cpu_and_is_chunk_invariant) {
     const int32_t hds[] = {64, 128, 256, 96}; /* 32 NE (decode's plain kernels in the float32 mode) and not */
     double worst = 0;
     int same = 1;
-    for (size_t k = 0; k < 2 * sizeof hds / sizeof hds[0]; k++)
+    for (size_t k = 0; k < 3 * sizeof hds / sizeof hds[0]; k++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            const int32_t n = cases[i].n, hd = hds[k % 4], held = k < 4 ? 300 : 700;
+            const int32_t n = cases[i].n, hd = hds[k % 4], held = k < 4 ? 300 : k < 8 ? 700 : 2045;
             float *c = run_attention(0, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8, hd, held);
             float *g = run_attention(1, n, cases[i].window, cases[i].softcap, 0, GP_COMPUTE_F32, 8, hd, held);
             float *g1 = run_attention(1, n, cases[i].window, cases[i].softcap, 1, GP_COMPUTE_F32, 8, hd, held);
@@ -393,8 +393,9 @@ TEST(cuda_backend_attention_matches_cpu_and_is_chunk_invariant) {
             same &= !memcmp(g, g1, (size_t)n * 8 * hd * 4);
             free(c), free(g), free(g1);
         }
-    NOTE("attention cuda vs cpu (300 and 700 held keys: 5 and 11 splits, float + 8-bit rows, staged chunk, window + "
-         "pinned, soft-cap; head_dim 64, 128, 256, 96): max rel err %.3g (tol 1e-5); a query alone %s", worst,
+    NOTE("attention cuda vs cpu (300, 700 and 2,045 held keys: 5, 11 and 32 splits, the last a span's, chunks across "
+         "the next span; float + 8-bit rows, staged chunk, window + pinned, soft-cap; head_dim 64, 128, 256, 96): max "
+         "rel err %.3g (tol 1e-5); a query alone %s", worst,
          same ? "gives its bits inside the block" : "DIFFERS");
     CHECK(worst < 1e-5);
     CHECK(same);
@@ -504,11 +505,15 @@ TEST(cuda_backend_bf16_mode_matches_the_cpu_bf16_mode) {
     CHECK(differ * 100 <= total);
     /* attention follows sdpa in this mode (not the CPU's eager softmax): close, not equal; over a float32 cache or
      * bfloat16 rows on tensor cores, with and without a sliding window (head_dim 128 too: decode's plain tensor-core
-     * kernels and the chunk's one-warp kernels take 64 and 128 apart; 700 held keys: splits every row sees whole) */
-    for (int i = 0; i < 8; i++) {
-        const int32_t bits = i == 0 ? 8 : i >= 6 ? 16 : 0, window = i == 2 ? 120 : 0;
-        const int32_t hd = i == 3 || i == 5 || i == 7 ? 128 : 64;
-        const int32_t held = i >= 4 ? 700 : 300; /* (decode in 11 splits: the last block's fold) */
+     * kernels and the chunk's one-warp kernels take 64 and 128 apart; 700 held keys: splits every row sees whole;
+     * 2,045: the chunk's queries and the window across a span's end, two spans folded) */
+    static const struct { int32_t bits, window, hd, held; } ac_cases[] = { /* (700: decode's last block folds) */
+        {8, 0, 64, 300},   {0, 0, 64, 300},   {0, 120, 64, 300},  {0, 0, 128, 300},
+        {0, 0, 64, 700},   {0, 0, 128, 700},  {16, 0, 64, 700},   {16, 0, 128, 700},
+        {0, 120, 64, 2045}, {0, 0, 128, 2045}, {16, 0, 64, 2045}, {16, 120, 128, 2045}};
+    for (size_t i = 0; i < sizeof ac_cases / sizeof ac_cases[0]; i++) {
+        const int32_t bits = ac_cases[i].bits, window = ac_cases[i].window, hd = ac_cases[i].hd;
+        const int32_t held = ac_cases[i].held;
         float *ac = run_attention(0, 5, window, 0, 0, GP_COMPUTE_BF16, bits, hd, held);
         float *ag = run_attention(1, 5, window, 0, 0, GP_COMPUTE_BF16, bits, hd, held);
         float *ag1 = run_attention(1, 5, window, 0, 1, GP_COMPUTE_BF16, bits, hd, held);

@@ -109,6 +109,8 @@ struct attn_plan {
     int32_t G;           /* query heads per kv head */
     int bf;
     int dbuf;            /* decode: a second staging buffer after the queries (split_decode's loop; attn_decode) */
+    int32_t s0, nspan;   /* a chunk: its spans s0 .. s0 + nspan - 1 (GP_CU_ATTN_SPAN splits each) */
+    int32_t per;         /* ... of which a block takes per in turn (its grid's z: which ones; attn_chunk) */
 };
 
 /* Element i of row r of storage st: float32, bfloat16 (bits 16) widened, or q * scale + min of its group (the CPU's
@@ -169,17 +171,27 @@ __device__ __forceinline__ int seg_of(const attn_desc_sm *d, int32_t j) {
 }
 
 /* A chunk tile's splits (queries t0 .. t0 + qt - 1): the pinned ones [0, npin), then [lo, hi] from its first query's
- * window start (or the first held position) to its last query's position; split(b) is the b-th of them. */
+ * window start (or the first held position) to its last query's position; split(b) is the b-th of them.  Given
+ * spans (sa >= 0), those of spans sa .. se - 1 alone (ids [sa, se) x GP_CU_ATTN_SPAN; the pinned ones then start at
+ * p0, and there may be none). */
 struct tile_splits {
-    int32_t lo, hi, npin;
-    __host__ __device__ __forceinline__ tile_splits(const gp_cu_attn &a, const attn_plan &pl, int32_t t0, int32_t qt) {
+    int32_t p0, npin, lo, hi;
+    __host__ __device__ __forceinline__ tile_splits(const gp_cu_attn &a, const attn_plan &pl, int32_t t0, int32_t qt,
+                                                    int32_t sa = -1, int32_t se = 0) {
         const int32_t pf = a.pos0 + t0, p_last = min(a.pos0 + a.n - 1, pf + qt - 1);
         const int32_t lo_pos = a.window > 0 && pf - a.window + 1 > pl.first ? pf - a.window + 1 : pl.first;
-        lo = lo_pos / SPLIT, hi = p_last / SPLIT;
+        p0 = 0, lo = lo_pos / SPLIT, hi = p_last / SPLIT;
         npin = a.window > 0 && a.pinned > 0 ? min((a.pinned + SPLIT - 1) / SPLIT, lo) : 0;
+        if (sa < 0) return;
+        const int32_t s0 = sa * GP_CU_ATTN_SPAN, s1 = se * GP_CU_ATTN_SPAN;
+        p0 = s0, npin = max(0, min(npin, s1) - s0);
+        lo = max(lo, s0), hi = max(min(hi, s1 - 1), lo - 1);
     }
     __device__ __forceinline__ int32_t count() const { return npin + hi - lo + 1; }
-    __device__ __forceinline__ int32_t split(int32_t b) const { return b < npin ? b : lo + (b - npin); }
+    __device__ __forceinline__ int32_t below(int32_t x) const { /* how many have an id below x */
+        return max(0, min(npin, x - p0)) + max(0, min(hi + 1, x) - lo);
+    }
+    __device__ __forceinline__ int32_t split(int32_t b) const { return b < npin ? p0 + b : lo + (b - npin); }
 };
 
 /* Vector idx = i nv + f of a split's rows walked by a block without divisions in the loop: (i, f) of this thread's
@@ -445,37 +457,65 @@ __device__ __forceinline__ int32_t split_id(const attn_desc_sm &d, int32_t b) {
     return b < d.np ? b : d.lo + (b - d.np);
 }
 
-/* Folds the ns partials of one (query, head) in order into out (a warp): ld(b, i) is float i of partial b (m, l,
- * acc [hd], hd <= 32 NE), FOLD_BATCH splits' loads in flight together. */
+/* Folds partials [b0, b1) of one (query, head) in order into (M, L, O) (this lane's elements lane + 32 k, a warp):
+ * ld(b, i) is float i of partial b (m, l, acc [hd], hd <= 32 NE), FOLD_BATCH partials' loads in flight together;
+ * those that saw no key (m = -inf) are passed over. */
 #define FOLD_BATCH 4
 template <int NE, typename Load>
-__device__ __forceinline__ void fold_parts_by(int32_t ns, int32_t hd, float *out, int bf, Load ld) {
+__device__ __forceinline__ void fold_run(int32_t b0, int32_t b1, int32_t hd, float &M, float &L, float (&O)[NE],
+                                         Load ld) {
     const int lane = threadIdx.x & 31;
-    float M = -INFINITY, L = 0.0f, O[NE];
-#pragma unroll
-    for (int k = 0; k < NE; k++) O[k] = 0.0f;
-    for (int32_t b0 = 0; b0 < ns; b0 += FOLD_BATCH) {
+    for (int32_t b = b0; b < b1; b += FOLD_BATCH) {
         float ms[FOLD_BATCH], ls[FOLD_BATCH], accs[FOLD_BATCH][NE];
 #pragma unroll
         for (int u = 0; u < FOLD_BATCH; u++) {
-            const bool in = b0 + u < ns;
-            ms[u] = in ? ld(b0 + u, 0) : -INFINITY;
-            ls[u] = in ? ld(b0 + u, 1) : 0.0f;
+            const bool in = b + u < b1;
+            ms[u] = in ? ld(b + u, 0) : -INFINITY;
+            ls[u] = in ? ld(b + u, 1) : 0.0f;
 #pragma unroll
-            for (int k = 0; k < NE; k++)
-                accs[u][k] = in && lane + 32 * k < hd ? ld(b0 + u, 2 + lane + 32 * k) : 0.0f;
+            for (int k = 0; k < NE; k++) accs[u][k] = in && lane + 32 * k < hd ? ld(b + u, 2 + lane + 32 * k) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < FOLD_BATCH; u++)
             if (ms[u] != -INFINITY) fold<NE>(M, L, O, ms[u], ls[u], accs[u]);
     }
+}
+
+/* The empty state. */
+template <int NE>
+__device__ __forceinline__ void fold_empty(float &M, float &L, float (&O)[NE]) {
+    M = -INFINITY, L = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NE; k++) O[k] = 0.0f;
+}
+
+/* Folds the ns partials of one (query, head) in order into out (a warp), in two levels (fixed absolute boundaries,
+ * so the same for every chunking): each span's partials (GP_CU_ATTN_SPAN splits; end(b): the index after the last
+ * partial of b's span) from the empty state (fold_run), then the spans' states in order (a span's state is a partial
+ * of the same form; folding one into the empty state copies it).  A chunk computes its spans in parallel blocks
+ * (attn_span_fold_kernel folds their states), decode's last block in parallel warps (fold_if_last). */
+template <int NE, typename Load, typename End>
+__device__ __forceinline__ void fold_parts_by(int32_t ns, int32_t hd, float *out, int bf, Load ld, End end) {
+    float M, L, O[NE];
+    fold_empty<NE>(M, L, O);
+    for (int32_t b = 0; b < ns;) {
+        const int32_t e = min(end(b), ns);
+        float Ms, Ls, Os[NE];
+        fold_empty<NE>(Ms, Ls, Os);
+        fold_run<NE>(b, e, hd, Ms, Ls, Os, ld);
+        if (Ms != -INFINITY) fold<NE>(M, L, O, Ms, Ls, Os);
+        b = e;
+    }
     finish_out<NE>(out, hd, L, O, bf);
 }
 
-/* fold_parts_by over part [ns][hd + 2] in global memory (written by other blocks of this kernel: read from L2). */
-template <int NE>
-__device__ void fold_parts(const float *part, int32_t ns, int32_t hd, float *out, int bf) {
-    fold_parts_by<NE>(ns, hd, out, bf, [&](int32_t b, int32_t i) { return __ldcg(part + (size_t)b * (hd + 2) + i); });
+/* The number of d's splits (compact indices: split_id; ns of them) whose id is below x. */
+__device__ __forceinline__ int32_t ids_below(const attn_desc_sm &d, int32_t ns, int32_t x) {
+    return max(0, min(d.np, x)) + max(0, min(x - d.lo, ns - d.np));
+}
+/* The index after the last of d's splits in the span of split index b's. */
+__device__ __forceinline__ int32_t span_end(const attn_desc_sm &d, int32_t b) {
+    return ids_below(d, INT32_MAX / 2, (split_id(d, b) / GP_CU_ATTN_SPAN + 1) * GP_CU_ATTN_SPAN);
 }
 
 /* Element o of the new key k and value v into the cache rows kf, vf and the staged rows *ks, *vs: as the rows hold
@@ -901,6 +941,22 @@ __device__ __forceinline__ void put_frag(float *p, int seen, float m, float l, c
     }
 }
 
+/* The end of span `span` of a chunk for the row of query t, head h (at position p; -1: none): its state (M, L and
+ * this lane's tiles nt0 + step i of O) out, as the output when the chunk has one span, else as the span's partial in
+ * part [n][n_heads][nspan][hd + 2] (attn_span_fold_kernel folds them); then the empty state. */
+template <int NT>
+__device__ __forceinline__ void span_out_frag(const gp_cu_attn &a, const attn_plan &pl, int32_t p, int32_t t,
+                                              int32_t h, int32_t hd, int32_t span, float &M, float &L, float *O,
+                                              int nt0, int step) {
+    const size_t o = (size_t)t * a.n_heads + h;
+    if (p >= 0 && pl.nspan == 1) finish_frag<NT>(a.out + o * hd, hd, L, O, pl.bf, nt0, step);
+    else if (p >= 0)
+        put_frag<NT>(a.part + (o * pl.nspan + span - pl.s0) * (hd + 2), M != -INFINITY, M, L, O, hd, nt0, step);
+    M = -INFINITY, L = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 2 * NT; k++) O[k] = 0.0f;
+}
+
 /* Split s's keys and values for kv head kvh into ks, vs [SPLIT][ld] by cp.async (one group, not waited for; zeros for
  * the positions not held, held[i] marks the others): the tensor-core chunk's staging and a looping decode block's
  * next split, their rows all float32 (inlined there; stage_async is the chunk kernels' call, which stages bfloat16
@@ -1015,7 +1071,7 @@ __device__ void stage_copy_async(const attn_pre &c, int32_t s, int32_t kvh, int3
  * and no conversion. */
 template <int NE, int K, bool PRE, bool B16 = false, bool EXACT = false> /* (B16: bfloat16 rows, stage_async<true>;
                                                                            * not with PRE; EXACT: head_dim 32 NE) */
-__global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS)
+__global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS, K == 1 && NE == 2 ? 2 : 1)
     attn_mma_chunk_kernel(gp_cu_attn a, attn_plan pl, int32_t qt, attn_pre c) {
     pdl_enter();
     extern __shared__ float smem[];
@@ -1043,46 +1099,49 @@ __global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS)
     }
     uint4 qa[NE], qa8[NE];
     q_frags<NE>(qr[0], qr[1], hd, qa, qa8);
-    const tile_splits sp(a, pl, t0, qt);
+    const int32_t sa = pl.s0 + (int32_t)blockIdx.z * pl.per, se = min(sa + pl.per, pl.s0 + pl.nspan);
+    const tile_splits sp(a, pl, t0, qt, sa, se); /* (this block's spans of them) */
+    int32_t span = sa;                           /* the span being folded */
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, O[2][8 * NE / K];
 #pragma unroll
     for (int k = 0; k < 8 * NE / K; k++) O[0][k] = O[1][k] = 0.0f;
     __syncthreads(); /* the descriptor is in place */
-    if (PRE) stage_copy_async(c, sp.split(0), kvh, hd, ldk, kb_of(0), vt_of(0), held_of(0));
-    else stage_async<B16>(a, &d, sp.split(0), kvh, pl.ld, ks, vs, held_f);
-    for (int32_t b = 0; b < sp.count(); b++) {
-        const int32_t s = sp.split(b), i = PRE ? b & 1 : 0;
-        cp_wait<0>();
-        __syncthreads(); /* split b landed; the readers of the buffer it goes to next (split b - 1's) are done */
-        uint64_t hm;
-        if (PRE) {
-            if (b + 1 < sp.count()) stage_copy_async(c, sp.split(b + 1), kvh, hd, ldk, kb_of(i ^ 1), vt_of(i ^ 1),
-                                                     held_of(i ^ 1));
-            hm = held_mask(held_of(i));
-        } else {
-            split_to_bf16(ks, vs, pl.ld, hd, kb_of(0), ldk, vt_of(0), VT_LD, held_f, &hm_f);
-            __syncthreads(); /* the copy is complete and the float32 buffer free: split b + 1 goes in while b runs */
-            if (b + 1 < sp.count()) stage_async<B16>(a, &d, sp.split(b + 1), kvh, pl.ld, ks, vs, held_f);
-            hm = hm_f;
+    if (sp.count() > 0 && PRE) stage_copy_async(c, sp.split(0), kvh, hd, ldk, kb_of(0), vt_of(0), held_of(0));
+    else if (sp.count() > 0) stage_async<B16>(a, &d, sp.split(0), kvh, pl.ld, ks, vs, held_f);
+    for (int32_t b = 0; span < se; span++) { /* span by span; then its state out */
+        for (const int32_t be = sp.below((span + 1) * GP_CU_ATTN_SPAN); b < be; b++) {
+            const int32_t s = sp.split(b), i = PRE ? b & 1 : 0;
+            cp_wait<0>();
+            __syncthreads(); /* split b landed; the readers of the buffer it goes to next (split b - 1's) are done */
+            uint64_t hm;
+            if (PRE) {
+                if (b + 1 < sp.count()) stage_copy_async(c, sp.split(b + 1), kvh, hd, ldk, kb_of(i ^ 1), vt_of(i ^ 1),
+                                                         held_of(i ^ 1));
+                hm = held_mask(held_of(i));
+            } else {
+                split_to_bf16(ks, vs, pl.ld, hd, kb_of(0), ldk, vt_of(0), VT_LD, held_f, &hm_f);
+                __syncthreads(); /* the copy complete, the float32 buffer free: split b + 1 goes in while b runs */
+                if (b + 1 < sp.count()) stage_async<B16>(a, &d, sp.split(b + 1), kvh, pl.ld, ks, vs, held_f);
+                hm = hm_f;
+            }
+            const frags_bf16 f{kb_of(i), vt_of(i), ldk, hd};
+            const int32_t ps[2] = {p[0] >= s * SPLIT ? p[0] : -1, p[1] >= s * SPLIT ? p[1] : -1};
+            if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) { /* (the same for a row tile's K warps) */
+                if constexpr (K == 1) split_mma_warp<NE>(a, qa, qa8, f, hd, hm, s * SPLIT, ps, M, L, O);
+                else split_mma_tile<NE, K>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O, x, T, q);
+            }
         }
-        const frags_bf16 f{kb_of(i), vt_of(i), ldk, hd};
-        const int32_t ps[2] = {p[0] >= s * SPLIT ? p[0] : -1, p[1] >= s * SPLIT ? p[1] : -1};
-        if (__any_sync(0xffffffffu, ps[0] >= 0 || ps[1] >= 0)) { /* (the same for a row tile's K warps) */
-            if constexpr (K == 1) split_mma_warp<NE>(a, qa, qa8, f, hd, hm, s * SPLIT, ps, M, L, O);
-            else split_mma_tile<NE, K>(a, qa, qa8, f, hm, s * SPLIT, ps, M, L, O, x, T, q);
-        }
-    }
 #pragma unroll
-    for (int r = 0; r < 2; r++)
-        if (p[r] >= 0)
-            finish_frag<4 * NE / K>(a.out + ((size_t)t[r] * a.n_heads + h[r]) * hd, hd, L[r], O[r], pl.bf, q, K);
+        for (int r = 0; r < 2; r++)
+            span_out_frag<4 * NE / K>(a, pl, p[r], t[r], h[r], hd, span, M[r], L[r], O[r], q, K);
+    }
 }
 
 /* After this block's partials are written to part: the last of kv head kvh's nb blocks to finish (a ticket: which
  * block folds varies, the fold's order does not) folds every head's ns partials in order, a warp a head. */
 template <int NE>
-__device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_plan &pl, int32_t kvh, int32_t nb,
-                                             int32_t ns) {
+__device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_plan &pl, const attn_desc_sm &d,
+                                             int32_t kvh, int32_t nb, int32_t ns) {
     __shared__ int last;
     /* the ticket: a release of the block's partials (the barrier orders them before it) and, for the last block, an
      * acquire of the others' (instead of a full fence, __threadfence, then a relaxed atomicAdd) */
@@ -1091,26 +1150,44 @@ __device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_pla
     __syncthreads();
     if (!last) return;
     if (threadIdx.x == 0) a.count[kvh] = 0; /* for the next call (which starts after this kernel has finished) */
-    const int32_t hd = a.head_dim;
-    for (int32_t w = threadIdx.x >> 5; w < pl.G; w += blockDim.x >> 5) {
-        const int32_t h = kvh * pl.G + w;
-        fold_parts<NE>(a.part + (size_t)h * ns * (hd + 2), ns, hd, a.out + (size_t)h * hd, pl.bf);
+    /* fold_parts_by's two levels in two phases of one loop (one copy of the fold's code: a decode step fetches it
+     * cold): 0, the spans of every head (task j: head j / nsp's span j % nsp) a warp each, their states to part after
+     * the call's partials ([n_heads][nsp][hd + 2]); 1, those states, a warp a head (a chain of up to 32 partials and
+     * one of the spans instead of one of all of them: BENCHMARKS.md) */
+    const int32_t hd = a.head_dim, s0 = split_id(d, 0) / GP_CU_ATTN_SPAN, ld = hd + 2;
+    const int32_t nsp = split_id(d, ns - 1) / GP_CU_ATTN_SPAN - s0 + 1;
+    float *const states = a.part + (size_t)a.n_heads * ns * ld + (size_t)kvh * pl.G * nsp * ld;
+    for (int phase = 0; phase < 2; phase++) {
+        for (int32_t j = threadIdx.x >> 5; j < (phase ? pl.G : pl.G * nsp); j += blockDim.x >> 5) {
+            const int32_t h = phase ? j : j / nsp, sp = s0 + j % nsp;
+            const float *src = phase ? states + (size_t)h * nsp * ld : a.part + (size_t)(kvh * pl.G + h) * ns * ld;
+            const int32_t b0 = phase ? 0 : ids_below(d, ns, sp * GP_CU_ATTN_SPAN);
+            const int32_t b1 = phase ? nsp : ids_below(d, ns, (sp + 1) * GP_CU_ATTN_SPAN);
+            float M, L, O[NE];
+            fold_empty<NE>(M, L, O);
+            fold_run<NE>(b0, b1, hd, M, L, O, [&](int32_t b, int32_t i) { return __ldcg(src + (size_t)b * ld + i); });
+            if (phase) finish_out<NE>(a.out + (size_t)(kvh * pl.G + h) * hd, hd, L, O, pl.bf);
+            else put_part<NE>(states + (size_t)j * ld, M != -INFINITY, M, L, O, hd);
+        }
+        __syncthreads(); /* (phase 0's states, in global memory, visible to the block) */
     }
 }
 
 /* A cluster of CL blocks (the kv head's splits): block 0 folds the partials ps [G][...] every block wrote to its
  * shared memory, a warp a head, through distributed shared memory (fold_parts' loads and arithmetic). */
 template <int CL, int NE>
-__device__ __forceinline__ void fold_cluster(const gp_cu_attn &a, const attn_plan &pl, int32_t kvh, float *ps,
-                                             int32_t stride) {
+__device__ __forceinline__ void fold_cluster(const gp_cu_attn &a, const attn_plan &pl, const attn_desc_sm &d,
+                                             int32_t kvh, float *ps, int32_t stride) {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync(); /* every block's partials written and visible to the cluster */
     attn_stamp(8);
     const int warp = threadIdx.x >> 5;
     if (blockIdx.x == 0 && warp < pl.G)
-        fold_parts_by<NE>(CL, a.head_dim, a.out + (size_t)(kvh * pl.G + warp) * a.head_dim, pl.bf,
-                      [&](int32_t r, int32_t i) { return cluster.map_shared_rank(ps + warp * stride, (int)r)[i]; });
+        fold_parts_by<NE>(
+            CL, a.head_dim, a.out + (size_t)(kvh * pl.G + warp) * a.head_dim, pl.bf,
+            [&](int32_t r, int32_t i) { return cluster.map_shared_rank(ps + warp * stride, (int)r)[i]; },
+            [&](int32_t r) { return span_end(d, r); });
     attn_stamp(9);
     cluster.sync(); /* no block leaves (its shared memory) before block 0 has read it */
     attn_stamp(10);
@@ -1121,9 +1198,9 @@ __device__ __forceinline__ void fold_cluster(const gp_cu_attn &a, const attn_pla
  * arithmetic in each) and the value tiles w, w + 8 (the columns 8 w .., 64 + 8 w ..); then as split_decode: folded
  * in registers when it is the only split, else partials to the cluster or to part (as split idx of the call). */
 template <int NE, int CL, typename F>
-__device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan &pl, const float *qsm, const F &fr,
-                                           const uint8_t *held, int32_t j0, int32_t p, int32_t kvh, int32_t ns,
-                                           int32_t idx) {
+__device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan &pl, const attn_desc_sm *d,
+                                           const float *qsm, const F &fr, const uint8_t *held, int32_t j0, int32_t p,
+                                           int32_t kvh, int32_t ns, int32_t idx) {
     constexpr int NT = NE / 2; /* value tiles a warp (4 NE of them, 8 warps) */
     __shared__ float4 sc[8][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = a.head_dim;
@@ -1167,7 +1244,7 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
 #pragma unroll
         for (int r = 0; r < 2; r++)
             if (row[r] < pl.G) put_frag<NT>(part[row[r]], seen[r], m[r], l[r], acc[r], hd, warp, 8);
-        fold_cluster<CL, NE>(a, pl, kvh, &part[0][0], 32 * NE + 2);
+        fold_cluster<CL, NE>(a, pl, *d, kvh, &part[0][0], 32 * NE + 2);
     } else {
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -1245,7 +1322,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
                            held + (1 - b) * SPLIT);
         attn_stamp(5);
         if constexpr (MMA) {
-            decode_mma<NE, CL>(a, pl, qsm, frags_f32{kb, vb, pl.ld, hd}, hb, j0, p, kvh, ns, idx);
+            decode_mma<NE, CL>(a, pl, &d, qsm, frags_f32{kb, vb, pl.ld, hd}, hb, j0, p, kvh, ns, idx);
             if (ns == 1 || CL > 0) return;
         } else {
             float m, l, acc[1][NE];
@@ -1266,7 +1343,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
             if constexpr (CL > 0) {
                 __shared__ float ps[8][32 * NE + 2]; /* this block's partials, one per head of the group (G <= 8) */
                 if (head) put_part<NE>(ps[warp], seen, m, l, acc[0], hd);
-                fold_cluster<CL, NE>(a, pl, kvh, &ps[0][0], 32 * NE + 2);
+                fold_cluster<CL, NE>(a, pl, d, kvh, &ps[0][0], 32 * NE + 2);
                 return;
             }
             if (head) put_part<NE>(a.part + ((size_t)h * ns + idx) * (hd + 2), seen, m, l, acc[0], hd);
@@ -1275,7 +1352,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
         __syncthreads(); /* (every warp done with the split's rows before the next is staged over them) */
         if (pre) b = 1 - b;
     }
-    fold_if_last<NE>(a, pl, kvh, nb, ns);
+    fold_if_last<NE>(a, pl, d, kvh, nb, ns);
 }
 
 /* PLAIN: head_dim = 32 NE, no soft-capping, and the float32 mode (or, MMA, the bf16 mode's tensor-core path),
@@ -1372,14 +1449,15 @@ __device__ __forceinline__ void split_decode16(const gp_cu_attn &a, const attn_p
         }
         if (pl.dbuf && idx - nb >= 0)
             stage16_async(a, &d, split_id(d, idx - nb), kvh, kb_of(1 - b), vb_of(1 - b), held + (1 - b) * SPLIT);
-        decode_mma<NE, CL>(a, pl, qsm, frags_rows16{kb_of(b), vb_of(b), hd}, held + b * SPLIT, j0, p, kvh, ns, idx);
+        decode_mma<NE, CL>(a, pl, &d, qsm, frags_rows16{kb_of(b), vb_of(b), hd}, held + b * SPLIT, j0, p, kvh, ns,
+                           idx);
         if (ns == 1 || CL > 0) return;
         if ((idx -= nb) < 0) break;
         __syncthreads(); /* every warp done with buffer b */
         if (pl.dbuf) b = 1 - b;
         else stage16_async(a, &d, split_id(d, idx), kvh, kb_of(0), vb_of(0), held);
     }
-    fold_if_last<NE>(a, pl, kvh, nb, ns);
+    fold_if_last<NE>(a, pl, d, kvh, nb, ns);
 }
 
 /* Decode over bfloat16 cache rows on tensor cores (split_decode16): blocks that may take several splits, and
@@ -1395,6 +1473,19 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256)
     attn_cluster16_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
     plain_case<NE, true, true>(a, pl);
     split_decode16<NE, CL>(a, pl, var);
+}
+
+/* span_out_frag for a warp's pair (query t, head h) with the elements lane + 32 k. */
+template <int NE>
+__device__ __forceinline__ void span_out(const gp_cu_attn &a, const attn_plan &pl, int32_t p, int32_t t, int32_t h,
+                                         int32_t span, float &M, float &L, float *O) {
+    const size_t o = (size_t)t * a.n_heads + h;
+    if (p >= 0 && pl.nspan == 1) finish_out<NE>(a.out + o * a.head_dim, a.head_dim, L, O, pl.bf);
+    else if (p >= 0)
+        put_part<NE>(a.part + (o * pl.nspan + span - pl.s0) * (a.head_dim + 2), M != -INFINITY, M, L, O, a.head_dim);
+    M = -INFINITY, L = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NE; k++) O[k] = 0.0f;
 }
 
 /* A chunk of queries: grid (kv heads, query tiles); a tile is qt queries x the G heads of kv head kvh, pairs
@@ -1423,7 +1514,9 @@ __global__ void __launch_bounds__(512) attn_chunk_kernel(gp_cu_attn a, attn_plan
         for (int e = threadIdx.x & 31; e < hd && p[q] >= 0; e += 32)
             qsm[i * hd + e] = a.q[((size_t)t[q] * a.n_heads + h[q]) * hd + e];
     }
-    const tile_splits sp(a, pl, t0, qt);
+    const int32_t sa = pl.s0 + (int32_t)blockIdx.z * pl.per, se = min(sa + pl.per, pl.s0 + pl.nspan);
+    const tile_splits sp(a, pl, t0, qt, sa, se); /* (this block's spans of them) */
+    int32_t span = sa;                           /* the span being folded */
     float M[Q], L[Q], O[Q][NE], acc[Q][NE], m[Q], l[Q];
     int seen[Q];
 #pragma unroll
@@ -1432,24 +1525,40 @@ __global__ void __launch_bounds__(512) attn_chunk_kernel(gp_cu_attn a, attn_plan
 #pragma unroll
         for (int k = 0; k < NE; k++) O[q][k] = 0.0f;
     }
-    for (int32_t b = 0; b < sp.count(); b++) {
-        const int32_t s = sp.split(b);
-        __syncthreads(); /* the previous split's readers are done (and the descriptor and queries are in place) */
-        stage_split<2>(a, &d, s, kvh, pl.ld, ks, vs, held);
-        __syncthreads();
-        int32_t ps[Q]; /* the pairs that may see a key of this split */
-        bool any = false;
+    for (int32_t b = 0; span < se; span++) { /* span by span; then its state out */
+        for (const int32_t be = sp.below((span + 1) * GP_CU_ATTN_SPAN); b < be; b++) {
+            const int32_t s = sp.split(b);
+            __syncthreads(); /* the previous split's readers are done (and the descriptor and queries are in place) */
+            stage_split<2>(a, &d, s, kvh, pl.ld, ks, vs, held);
+            __syncthreads();
+            int32_t ps[Q]; /* the pairs that may see a key of this split */
+            bool any = false;
 #pragma unroll
-        for (int q = 0; q < Q; q++) ps[q] = p[q] >= s * SPLIT ? p[q] : -1, any |= ps[q] >= 0;
-        if (!any) continue;
-        split_warp<Q, NE, 0>(a, pl, qs, ks, vs, held, s * SPLIT, ps, seen, m, l, acc, pb);
+            for (int q = 0; q < Q; q++) ps[q] = p[q] >= s * SPLIT ? p[q] : -1, any |= ps[q] >= 0;
+            if (!any) continue;
+            split_warp<Q, NE, 0>(a, pl, qs, ks, vs, held, s * SPLIT, ps, seen, m, l, acc, pb);
 #pragma unroll
-        for (int q = 0; q < Q; q++)
-            if (seen[q]) fold<NE>(M[q], L[q], O[q], m[q], l[q], acc[q]);
+            for (int q = 0; q < Q; q++)
+                if (seen[q]) fold<NE>(M[q], L[q], O[q], m[q], l[q], acc[q]);
+        }
+#pragma unroll
+        for (int q = 0; q < Q; q++) span_out<NE>(a, pl, p[q], t[q], h[q], span, M[q], L[q], O[q]);
     }
-#pragma unroll
-    for (int q = 0; q < Q; q++)
-        if (p[q] >= 0) finish_out<NE>(a.out + ((size_t)t[q] * a.n_heads + h[q]) * hd, hd, L[q], O[q], pl.bf);
+}
+
+/* A chunk's spans' states (the chunk kernels' partials, part [n][n_heads][nspan][hd + 2]) folded in order into out:
+ * fold_parts_by's second level.  A warp a (query, head). */
+template <int NE>
+__global__ void __launch_bounds__(256) attn_span_fold_kernel(gp_cu_attn a, attn_plan pl) {
+    pdl_enter();
+    const int64_t row = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); /* query row / n_heads, head row % n_heads */
+    if (row >= (int64_t)a.n * a.n_heads) return;
+    const int32_t hd = a.head_dim;
+    const float *p = a.part + (size_t)row * pl.nspan * (hd + 2);
+    float M, L, O[NE];
+    fold_empty<NE>(M, L, O);
+    fold_run<NE>(0, pl.nspan, hd, M, L, O, [&](int32_t b, int32_t i) { return __ldcg(p + (size_t)b * (hd + 2) + i); });
+    finish_out<NE>(a.out + (size_t)row * hd, hd, L, O, pl.bf);
 }
 
 /* The call's splits: the last query's split, down to the first query's window start (or the first held position),
@@ -1469,13 +1578,20 @@ static attn_plan plan_of(const gp_cu_attn *a, int bf) {
     m.G = a->n_heads / a->n_kv;
     m.bf = bf;
     m.dbuf = 0;
+    /* a chunk's spans: from the lowest split's (a pinned one's, else lo's) to hi's; decode leaves them 0 (the
+     * arguments of a recorded step repeat) */
+    m.s0 = a->n > 1 ? (m.np > 0 ? 0 : m.lo) / GP_CU_ATTN_SPAN : 0;
+    m.nspan = a->n > 1 ? m.hi / GP_CU_ATTN_SPAN - m.s0 + 1 : 0;
     return m;
 }
 
 extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
-    if (a->n > 1) return 0; /* a chunk folds in registers */
     const attn_plan m = plan_of(a, 0);
-    return (size_t)a->n * a->n_heads * (size_t)(m.np + m.hi - m.lo + 1) * (size_t)(a->head_dim + 2);
+    if (a->n > 1) /* a chunk: each span's state of every (query, head) when there are several, else none */
+        return m.nspan > 1 ? (size_t)a->n * a->n_heads * (size_t)m.nspan * (size_t)(a->head_dim + 2) : 0;
+    /* decode: each split's partial of every head, then each span's state (fold_if_last) */
+    const int32_t nsp = m.hi / GP_CU_ATTN_SPAN - (m.np > 0 ? 0 : m.lo) / GP_CU_ATTN_SPAN + 1;
+    return (size_t)a->n_heads * (size_t)(m.np + m.hi - m.lo + 1 + nsp) * (size_t)(a->head_dim + 2);
 }
 
 /* Largest dynamic shared memory the attention kernels take: staged split tiles of head_dim 256, CHUNK_Q query
@@ -1682,13 +1798,33 @@ static attn_pre pre_copy(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl) {
     return c;
 }
 
-/* A chunk of queries: blocks of query tiles x one kv head's group. */
-static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t tiles) {
-    if (pl.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
+/* After a chunk kernel: its spans' states folded into the output when it has several (each block computed one
+ * span of a tile: pl.nspan times the blocks a chunk had before, BENCHMARKS.md). */
+static int span_fold(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl) {
+    if (pl.nspan <= 1) return (int)cudaGetLastError();
+    if (!a->part) return (int)cudaErrorInvalidValue;
+    const int64_t rows = (int64_t)a->n * a->n_heads, hd = a->head_dim;
+    const dim3 grid((unsigned)((rows + 7) / 8)), blk(256);
+    if (hd <= 64) launch(attn_span_fold_kernel<2>, grid, blk, 0, d, *a, pl);
+    else if (hd <= 128) launch(attn_span_fold_kernel<4>, grid, blk, 0, d, *a, pl);
+    else launch(attn_span_fold_kernel<8>, grid, blk, 0, d, *a, pl);
+    return (int)cudaGetLastError();
+}
+
+/* A chunk of queries: blocks of query tiles x one kv head's group x the chunk's spans. */
+static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl0, size_t tiles) {
+    if (pl0.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
+    /* a block a span of its tile (GP_CU_ATTN_PER=k: k spans a block in turn) */
+    static const int per = env_int("GP_CU_ATTN_PER", 1);
+    attn_plan pl = pl0;
+    pl.per = per >= 1 && per < pl.nspan ? per : pl.nspan;
+    const unsigned nz = (unsigned)((pl.nspan + pl.per - 1) / pl.per);
     const int32_t hd = a->head_dim;
     if (attn_mma(a, &pl)) {
         /* a warp a row tile of 16 rows (K = 1, split_mma_warp), 8 warps a block when their blocks fill 0.8 of the
-         * multiprocessors or more, else 4 (GP_CU_ATTN_WIDE=1|0 forces it); GP_CU_ATTN_K=2|4 runs the row tiles of K
+         * multiprocessors or more, but for heads over 64 in several spans (over 200 registers a thread: 8 warps a
+         * multiprocessor either way, and blocks of 4 fill it more evenly: Qwen3-0.6B's pp512 at 8,192 held tokens
+         * +5% on the H200), else 4 (GP_CU_ATTN_WIDE=1|0 forces it); GP_CU_ATTN_K=2|4 runs the row tiles of K
          * warps instead (split_mma_tile, 16 warps or 8): the same bits.  (Measured on the H200, BENCHMARKS.md: a
          * 512-token chunk at 8,192 held tokens, Llama-3.2-1B's prefill +16% over K = 2 and Qwen3-0.6B's +4% over K =
          * 4; level at 0.  The H100's measurements of K = 2 and 4: 16 warps took 44.7 µs against 47.2 and 59.1 against
@@ -1698,11 +1834,11 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
         static const int wide = env_int("GP_CU_ATTN_WIDE", -1);
         const int K = force == 1 || force == 2 || force == 4 ? force : 1;
         const int32_t wmax = K == 1 ? MMA1_WARPS : MMA_WARPS / K, q16 = 16 * wmax / pl.G;
-        const int64_t blocks = (int64_t)a->n_kv * ((a->n + q16 - 1) / q16);
-        const bool fill = wide == 0 || wide == 1 ? wide == 1 : blocks * 5 >= 4 * sms;
+        const int64_t blocks = (int64_t)a->n_kv * ((a->n + q16 - 1) / q16) * nz;
+        const bool fill = wide == 0 || wide == 1 ? wide == 1 : blocks * 5 >= 4 * sms && (nz == 1 || hd <= 64);
         const int32_t w = fill ? wmax : wmax / 2;
         const int32_t qt = 16 * w / pl.G;
-        const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * K * w);
+        const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt), nz), blk(32 * K * w);
         const attn_pre c = pre_copy(d, a, pl);
         if (c.k) launch(attn_kv_bf16_kernel, dim3((unsigned)(c.np / SPLIT), (unsigned)a->n_kv), dim3(256),
                         (size_t)2 * SPLIT * pl.ld * sizeof(float), d, *a, pl, c);
@@ -1712,18 +1848,18 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_t
                                       : a->k[0].bits == 16 ? mma_chunk16_kernels[K >> 1][hd > 64]
                                                            : mma_chunk_kernels[0][K >> 1][hd > 64];
         launch(kern, grid, blk, mma_chunk_smem(hd, w, K, c.k != NULL), d, *a, pl, qt, c);
-        return (int)cudaGetLastError();
+        return span_fold(d, a, pl);
     }
     /* up to 16 warps of Q (query, head) pairs each (Q = 4, or 2 for heads over 128: CHUNK_Q query elements) */
     const int32_t Q = hd <= 128 ? 4 : 2, qt = GP_CHUNK_WARPS * Q / pl.G, pairs = qt * pl.G;
     const int32_t warps = (pairs + Q - 1) / Q;
     const size_t sh = tiles + ((size_t)pairs * hd + (size_t)warps * Q * SPLIT) * sizeof(float);
     if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
-    const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt)), blk(32 * warps);
+    const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt), nz), blk(32 * warps);
     if (hd <= 64) launch(attn_chunk_kernel<4, 2>, grid, blk, sh, d, *a, pl, qt);
     else if (hd <= 128) launch(attn_chunk_kernel<4, 4>, grid, blk, sh, d, *a, pl, qt);
     else launch(attn_chunk_kernel<2, 8>, grid, blk, sh, d, *a, pl, qt);
-    return (int)cudaGetLastError();
+    return span_fold(d, a, pl);
 }
 
 extern "C" int gp_cu_attention(gp_cu *d, const gp_cu_attn *a) {

@@ -204,8 +204,9 @@ static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) 
         return gp_set_error(GP_ERR_DEVICE, "device cuda: attention or tensor-core kernels' shared memory: %s",
                             gp_cu_errstr(e));
     }
-    /* the split scratch holds at least one query's splits of all heads */
-    const size_t one = (size_t)(p->n_heads > 0 ? p->n_heads : 1) * ((size_t)p->max_keys / GP_CU_ATTN_SPLIT + 3) *
+    /* the split scratch holds at least one query's splits and spans of all heads */
+    const size_t nsplit = (size_t)p->max_keys / GP_CU_ATTN_SPLIT + 3;
+    const size_t one = (size_t)(p->n_heads > 0 ? p->n_heads : 1) * (nsplit + nsplit / GP_CU_ATTN_SPAN + 2) *
                        ((size_t)p->head_dim + 2);
     w->part_cap = one > PART_BYTES / 4 ? one : PART_BYTES / 4;
     const size_t lora = (size_t)p->max_tokens * (size_t)p->max_lora_rank;

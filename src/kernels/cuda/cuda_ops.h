@@ -8,8 +8,9 @@
  * tokens of a call nor on the device's scheduling (no atomics): a weight row's dot product is one warp's, lane l
  * taking 16-byte vectors (or 32-value units of a quantized row) l, l+32, ... in order and the warp summing its lanes
  * by the xor butterfly, the same for 1 or 512 tokens; attention splits the keys at fixed absolute positions
- * (GP_CU_ATTN_SPLIT) and combines the splits in order.  So results are bit-identical run to run and for every
- * prefill chunking. */
+ * (GP_CU_ATTN_SPLIT) and combines the splits in order, in two levels: the splits of each span of GP_CU_ATTN_SPAN
+ * (fixed absolute boundaries too), then the spans.  So results are bit-identical run to run and for every prefill
+ * chunking. */
 #ifndef GP_CUDA_OPS_H
 #define GP_CUDA_OPS_H
 
@@ -30,6 +31,9 @@ enum { GP_CU_ACT_SILU = 0, GP_CU_ACT_GELU_TANH = 1 };
  * one's wait, for a caller whose next op reads only weights before its own wait (pdl_enter) */
 enum { GP_CU_ACC = 1, GP_CU_ROUND = 2, GP_CU_ROUNDW = 4, GP_CU_MMA = 8, GP_CU_EARLY = 16 };
 #define GP_CU_ATTN_SPLIT 64 /* keys per attention split (fixed absolute boundaries) */
+#ifndef GP_CU_ATTN_SPAN
+#define GP_CU_ATTN_SPAN 32 /* splits per span (2,048 keys): a chunk's blocks take a span of a tile's splits each */
+#endif
 
 typedef struct gp_cu gp_cu; /* one stream on one device, and the bf16 mode of the ops enqueued through it */
 
