@@ -101,6 +101,7 @@ test-cuda: cuda
 	        env GP_CU_ATTN_LOOP_BLOCKS=3 $$e ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    for w in 0 1; do GP_CU_ATTN_WIDE=$$w ./build-cuda/run_tests cuda backend_ops || exit 1; done; \
 	    GP_CU_ATTN_PRE=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
+	    GP_CU_ATTN_PER=2 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GP_CU_WG_FULL=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests $(CUDA_SUITES); \
 	    GP_CU_ATTN_LOOP_BLOCKS=1 GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity \

@@ -7,14 +7,16 @@
  * keys and values staged in shared memory (split_warp: lane l scores keys l and l + 32, each a sequential dot
  * product; the max and the sum of exponentials by the warp's butterfly; the output elements lane, lane + 32, ...
  * summed over the visible keys in order), and the splits that see a key are folded in increasing order by the
- * online-softmax step (fold).  Decode runs the splits in parallel (attn_split_kernel: a block per split and kv
- * head, a warp per query head of the group, partials to scratch; it may run the rope and store the new key and
- * value first), and the last block of a kv head to finish folds them (2 to 8 splits: attn_cluster_kernel, the kv
- * head's splits one thread-block cluster whose block 0 folds the partials from the others' shared memory); a chunk
- * of queries (attn_chunk_kernel) stages each split once for a tile of queries and every head of a kv group, each warp
- * running Q = 4 (query, head) pairs at once (2 for heads over 128: their dependent chains interleave, the key and
- * value reads are shared; the probabilities go through shared memory, pv_shared), and folds in registers.  Both
- * call the same two functions with the same operands, so a pair's bits do not depend on Q.
+ * online-softmax step (fold), in two levels: those of each span of GP_CU_ATTN_SPAN splits from the empty state, then
+ * the spans' states (fold_parts_by).  Decode runs the splits in parallel (attn_split_kernel: a block per split and
+ * kv head, a warp per query head of the group, partials to scratch; it may run the rope and store the new key and
+ * value first), and the last block of a kv head to finish folds them (fold_if_last: the spans in parallel warps,
+ * then their states; 2 to 8 splits: attn_cluster_kernel, the kv head's splits one thread-block cluster whose block 0
+ * folds the partials from the others' shared memory); a chunk of queries (attn_chunk_kernel; a block a span of its
+ * tile, the spans' states folded by attn_span_fold_kernel) stages each split once for a tile of queries and every
+ * head of a kv group, each warp running Q = 4 (query, head) pairs at once (2 for heads over 128: their dependent
+ * chains interleave, the key and value reads are shared; the probabilities go through shared memory, pv_shared), and
+ * folds in registers.  Both call the same two functions with the same operands, so a pair's bits do not depend on Q.
  *
  * The bf16 mode over a float32 cache (head_dim a multiple of 8 up to 128, no soft-capping) computes each split on
  * tensor cores instead (below: sdpa's flash attention for 16 (query, head) rows at once, scores and p·v by mma.sync,
