@@ -1579,7 +1579,7 @@ static attn_plan plan_of(const gp_cu_attn *a, int bf) {
     m.ld = a->head_dim + 4;
     m.G = a->n_heads / a->n_kv;
     m.bf = bf;
-    m.dbuf = 0;
+    m.dbuf = 0, m.per = 0;
     /* a chunk's spans: from the lowest split's (a pinned one's, else lo's) to hi's; decode leaves them 0 (the
      * arguments of a recorded step repeat) */
     m.s0 = a->n > 1 ? (m.np > 0 ? 0 : m.lo) / GP_CU_ATTN_SPAN : 0;
