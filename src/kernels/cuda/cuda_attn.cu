@@ -1153,15 +1153,16 @@ __device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_pla
     if (!last) return;
     if (threadIdx.x == 0) a.count[kvh] = 0; /* for the next call (which starts after this kernel has finished) */
     /* fold_parts_by's two levels in two phases of one loop (one copy of the fold's code: a decode step fetches it
-     * cold): 0, the spans of every head (task j: head j / nsp's span j % nsp) a warp each, their states to part after
-     * the call's partials ([n_heads][nsp][hd + 2]); 1, those states, a warp a head (a chain of up to 32 partials and
-     * one of the spans instead of one of all of them: BENCHMARKS.md) */
+     * cold): 0, the spans of every head (task j: span j / G of head j % G, so the full spans come first and the last,
+     * shorter ones share the last round) a warp each, their states to part after the call's partials ([n_heads][nsp]
+     * [hd + 2]); 1, those states, a warp a head (a chain of up to 32 partials and one of the spans instead of one of
+     * all of them: BENCHMARKS.md) */
     const int32_t hd = a.head_dim, s0 = split_id(d, 0) / GP_CU_ATTN_SPAN, ld = hd + 2;
     const int32_t nsp = split_id(d, ns - 1) / GP_CU_ATTN_SPAN - s0 + 1;
     float *const states = a.part + (size_t)a.n_heads * ns * ld + (size_t)kvh * pl.G * nsp * ld;
     for (int phase = 0; phase < 2; phase++) {
         for (int32_t j = threadIdx.x >> 5; j < (phase ? pl.G : pl.G * nsp); j += blockDim.x >> 5) {
-            const int32_t h = phase ? j : j / nsp, sp = s0 + j % nsp;
+            const int32_t h = phase ? j : j % pl.G, si = j / pl.G, sp = s0 + si;
             const float *src = phase ? states + (size_t)h * nsp * ld : a.part + (size_t)(kvh * pl.G + h) * ns * ld;
             const int32_t b0 = phase ? 0 : ids_below(d, ns, sp * GP_CU_ATTN_SPAN);
             const int32_t b1 = phase ? nsp : ids_below(d, ns, (sp + 1) * GP_CU_ATTN_SPAN);
@@ -1169,7 +1170,7 @@ __device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_pla
             fold_empty<NE>(M, L, O);
             fold_run<NE>(b0, b1, hd, M, L, O, [&](int32_t b, int32_t i) { return __ldcg(src + (size_t)b * ld + i); });
             if (phase) finish_out<NE>(a.out + (size_t)(kvh * pl.G + h) * hd, hd, L, O, pl.bf);
-            else put_part<NE>(states + (size_t)j * ld, M != -INFINITY, M, L, O, hd);
+            else put_part<NE>(states + ((size_t)h * nsp + si) * ld, M != -INFINITY, M, L, O, hd);
         }
         __syncthreads(); /* (phase 0's states, in global memory, visible to the block) */
     }
