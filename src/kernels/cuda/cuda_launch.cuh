@@ -47,6 +47,26 @@ __device__ __forceinline__ void trace_mark() {
     const unsigned i = atomicAdd((unsigned *)g_trace, 1u);
     if (i < GP_TRACE_CAP) g_trace[1 + i] = t;
 }
+/* A kernel file's stamps at exit: the records (w stamps each, at most cap) in device symbol rec, their count in
+ * device symbol cnt (both of the calling file), written to $GP_CU_TRACE_FILE<suffix>, a record a line. */
+#include <stdio.h>
+static inline void stamps_dump(const char *suffix, const void *rec, const void *cnt, unsigned cap, int w) {
+    const char *fn = getenv("GP_CU_TRACE_FILE");
+    unsigned n = 0;
+    if (!fn || cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&n, cnt, sizeof n) != cudaSuccess)
+        return;
+    n = n < cap ? n : cap;
+    unsigned long long *h = (unsigned long long *)malloc((size_t)n * w * 8 + 8);
+    char path[4096];
+    snprintf(path, sizeof path, "%s%s", fn, suffix);
+    FILE *f = h && cudaMemcpyFromSymbol(h, rec, (size_t)n * w * 8) == cudaSuccess ? fopen(path, "w") : NULL;
+    for (unsigned i = 0; f && i < n; i++) {
+        for (int k = 0; k < w; k++) fprintf(f, "%llu ", h[(size_t)i * w + k]);
+        fprintf(f, "\n");
+    }
+    if (f) fclose(f);
+    free(h);
+}
 #else
 __device__ __forceinline__ void trace_mark() {}
 #endif

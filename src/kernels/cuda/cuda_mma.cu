@@ -1069,6 +1069,44 @@ __device__ __forceinline__ void wg_store_whole(const mma_parts &P, const float *
     }
 }
 
+#ifdef GP_CU_TRACE
+/* Diagnostic builds only: each wg_gemm_kernel block's thread 0 stores the SM clock where wg_stamp(k) names it (0
+ * start, 1 its first stage full, 2 its main loop's end, 3 the totals staged, 4 the end), the global timer at 0 and 4,
+ * its block, SM, rows and columns; written to $GP_CU_TRACE_FILE.gemm at exit (tools/cuda_gemm_stamps.py). */
+#define WG_STAMPS 10
+#define WG_STAMP_CAP (1u << 18)
+static __device__ unsigned long long g_wg_stamp[WG_STAMP_CAP * WG_STAMPS];
+static __device__ unsigned g_wg_n;
+static void wg_stamp_dump(void) { stamps_dump(".gemm", g_wg_stamp, &g_wg_n, WG_STAMP_CAP, WG_STAMPS); }
+static void wg_stamp_set(unsigned long long *) { atexit(wg_stamp_dump); }
+namespace {
+struct wg_stamp_reg {
+    wg_stamp_reg() { gp_cu_trace_register(wg_stamp_set); }
+} wg_stamp_reg_inst;
+}
+static __shared__ unsigned s_wg_rec;
+__device__ __forceinline__ void wg_stamp(int k, int64_t rows = 0, int64_t cols = 0) {
+    if (threadIdx.x) return;
+    unsigned long long t, g;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+    t = clock64();
+    if (k == 0) s_wg_rec = atomicAdd(&g_wg_n, 1u);
+    if (s_wg_rec >= WG_STAMP_CAP) return;
+    unsigned long long *r = g_wg_stamp + (size_t)s_wg_rec * WG_STAMPS;
+    r[k] = t;
+    if (k == 0) {
+        unsigned sm;
+        asm("mov.u32 %0, %%smid;" : "=r"(sm));
+        r[5] = g, r[8] = (unsigned long long)rows, r[9] = (unsigned long long)cols;
+        r[7] = blockIdx.x | (unsigned long long)blockIdx.y << 16 | (unsigned long long)blockIdx.z << 32 |
+               (unsigned long long)sm << 40;
+    }
+    if (k == 4) r[6] = g;
+}
+#else
+__device__ __forceinline__ void wg_stamp(int, int64_t = 0, int64_t = 0) {}
+#endif
+
 template <int CH, bool GLU, bool TMA, bool FULL>
 __global__ void __launch_bounds__(384, 1)
     wg_gemm_kernel(const __grid_constant__ wg_maps M, mma_parts P, const uint16_t *__restrict__ xb, int64_t rows,
@@ -1087,6 +1125,7 @@ __global__ void __launch_bounds__(384, 1)
     const int64_t r0 = (int64_t)blockIdx.y * (GLU ? 64 : 128);
     const int nch = (int)((cols + 31) / 32), c0 = (int)blockIdx.z * CH, cend = c0 + CH;
     const int j0 = 2 * c0 < nch ? 2 * c0 : -1; /* the block's first chunk (none: its chains are empty) */
+    wg_stamp(0, rows, cols | (int64_t)GLU << 32);
     if (tid == 0)
         for (int s = 0; s < S; s++) mbar_init(&full[s], TMA ? 1 : 128), mbar_init(&empty[s], 8);
     __syncthreads();
@@ -1126,6 +1165,7 @@ __global__ void __launch_bounds__(384, 1)
         constexpr int pr = decltype(par)::value;
         const uint4 *b = gsm + (i % S) * SQ;
         mbar_wait(&full[i % S], (i / S) & 1);
+        if (i == 0) wg_stamp(1);
 #pragma unroll
         for (int h = 0; h < WG_U; h++) /* all before the first wgmma: one written between two serializes them */
             a[pr][h][0] = b[WG_WQ + wg_unit(wr, 4 * h + c)], a[pr][h][1] = b[WG_WQ + wg_unit(wr + 8, 4 * h + c)];
@@ -1158,12 +1198,15 @@ __global__ void __launch_bounds__(384, 1)
     }
     wg_wait<0>();
     wg_hold(acc);
+    wg_stamp(2);
     while (chain < CH) end_chain(); /* chains with no chunk: zeros (as in decode) */
     if constexpr (WHOLE) {
         const float *es = wg_stage_out(tot, (float *)gsm);
+        wg_stamp(3);
         if constexpr (GLU) wg_store_glu(P, es, t0, r0, rows, n, mode, act, xo);
         else wg_store_whole(P, es, t0, r0, rows, n, mode, alpha);
     }
+    wg_stamp(4);
 }
 
 /* The chains' sums of a split GEMM (part [CHAINS][n][rows], rows % 4 == 0) added in chain order, ((c0 + c1) + c2) +
