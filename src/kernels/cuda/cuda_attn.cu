@@ -45,7 +45,6 @@
 #define ATTN_LOOP(STAGE_BATCH, NE, MMA, PLAIN) ((STAGE_BATCH) > 1 && (!(MMA) || ((PLAIN) && (NE) == 2)))
 
 #ifdef GP_CU_TRACE
-#include <stdio.h>
 /* Diagnostic builds only: block (0, 0)'s thread 0 of each decode attention stores the SM clock at the points
  * attn_stamp(k) names (12 a launch, slot 11 the splits), written to $GP_CU_TRACE_FILE.attn at exit (the means:
  * tools/cuda_attn_stamps.py). */
@@ -54,22 +53,7 @@
 static __device__ unsigned long long g_attn_stamp[ATTN_STAMP_CAP * ATTN_STAMPS];
 static __device__ unsigned g_attn_n;
 static void attn_stamp_dump(void) {
-    const char *fn = getenv("GP_CU_TRACE_FILE");
-    unsigned n = 0;
-    if (!fn || cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&n, g_attn_n, sizeof n) != cudaSuccess)
-        return;
-    n = n < ATTN_STAMP_CAP ? n : ATTN_STAMP_CAP;
-    unsigned long long *h = (unsigned long long *)malloc((size_t)n * ATTN_STAMPS * 8 + 8);
-    char path[4096];
-    snprintf(path, sizeof path, "%s.attn", fn);
-    FILE *f = h && cudaMemcpyFromSymbol(h, g_attn_stamp, (size_t)n * ATTN_STAMPS * 8) == cudaSuccess ? fopen(path, "w")
-                                                                                                     : NULL;
-    for (unsigned i = 0; f && i < n; i++) {
-        for (int k = 0; k < ATTN_STAMPS; k++) fprintf(f, "%llu ", h[(size_t)i * ATTN_STAMPS + k]);
-        fprintf(f, "\n");
-    }
-    if (f) fclose(f);
-    free(h);
+    stamps_dump(".attn", g_attn_stamp, &g_attn_n, ATTN_STAMP_CAP, ATTN_STAMPS);
 }
 static void attn_stamp_set(unsigned long long *) { atexit(attn_stamp_dump); }
 namespace {
@@ -943,20 +927,29 @@ __device__ __forceinline__ void put_frag(float *p, int seen, float m, float l, c
     }
 }
 
-/* The end of span `span` of a chunk for the row of query t, head h (at position p; -1: none): its state (M, L and
- * this lane's tiles nt0 + step i of O) out, as the output when the chunk has one span, else as the span's partial in
- * part [n][n_heads][nspan][hd + 2] (attn_span_fold_kernel folds them); then the empty state. */
+/* The end of span `span` of a chunk for the row of query t, head h (at position p; -1: none; heads of hd): its
+ * state (M, L and the N values of O this thread holds) out, through fin(the output row) when the chunk has one span,
+ * else through put(the span's partial in part [n][n_heads][nspan][hd + 2], whether it saw a key;
+ * attn_span_fold_kernel folds them); then the empty state. */
+template <int N, typename Fin, typename Put>
+__device__ __forceinline__ void span_end(const gp_cu_attn &a, const attn_plan &pl, int32_t p, int32_t t, int32_t h,
+                                         int32_t hd, int32_t span, float &M, float &L, float *O, Fin fin, Put put) {
+    const size_t o = (size_t)t * a.n_heads + h;
+    if (p >= 0 && pl.nspan == 1) fin(a.out + o * hd);
+    else if (p >= 0) put(a.part + (o * pl.nspan + span - pl.s0) * (hd + 2), M != -INFINITY);
+    M = -INFINITY, L = 0.0f;
+#pragma unroll
+    for (int k = 0; k < N; k++) O[k] = 0.0f;
+}
+
+/* span_end for a tensor-core tile's row: this lane's tiles nt0 + step i of O */
 template <int NT>
 __device__ __forceinline__ void span_out_frag(const gp_cu_attn &a, const attn_plan &pl, int32_t p, int32_t t,
                                               int32_t h, int32_t hd, int32_t span, float &M, float &L, float *O,
                                               int nt0, int step) {
-    const size_t o = (size_t)t * a.n_heads + h;
-    if (p >= 0 && pl.nspan == 1) finish_frag<NT>(a.out + o * hd, hd, L, O, pl.bf, nt0, step);
-    else if (p >= 0)
-        put_frag<NT>(a.part + (o * pl.nspan + span - pl.s0) * (hd + 2), M != -INFINITY, M, L, O, hd, nt0, step);
-    M = -INFINITY, L = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 2 * NT; k++) O[k] = 0.0f;
+    span_end<2 * NT>(
+        a, pl, p, t, h, hd, span, M, L, O, [&](float *y) { finish_frag<NT>(y, hd, L, O, pl.bf, nt0, step); },
+        [&](float *q, bool seen) { put_frag<NT>(q, seen, M, L, O, hd, nt0, step); });
 }
 
 /* Split s's keys and values for kv head kvh into ks, vs [SPLIT][ld] by cp.async (one group, not waited for; zeros for
@@ -1478,17 +1471,13 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256)
     split_decode16<NE, CL>(a, pl, var);
 }
 
-/* span_out_frag for a warp's pair (query t, head h) with the elements lane + 32 k. */
+/* span_end for a warp's pair (query t, head h) with the elements lane + 32 k. */
 template <int NE>
 __device__ __forceinline__ void span_out(const gp_cu_attn &a, const attn_plan &pl, int32_t p, int32_t t, int32_t h,
                                          int32_t span, float &M, float &L, float *O) {
-    const size_t o = (size_t)t * a.n_heads + h;
-    if (p >= 0 && pl.nspan == 1) finish_out<NE>(a.out + o * a.head_dim, a.head_dim, L, O, pl.bf);
-    else if (p >= 0)
-        put_part<NE>(a.part + (o * pl.nspan + span - pl.s0) * (a.head_dim + 2), M != -INFINITY, M, L, O, a.head_dim);
-    M = -INFINITY, L = 0.0f;
-#pragma unroll
-    for (int k = 0; k < NE; k++) O[k] = 0.0f;
+    span_end<NE>(
+        a, pl, p, t, h, a.head_dim, span, M, L, O, [&](float *y) { finish_out<NE>(y, a.head_dim, L, O, pl.bf); },
+        [&](float *q, bool seen) { put_part<NE>(q, seen, M, L, O, a.head_dim); });
 }
 
 /* A chunk of queries: grid (kv heads, query tiles); a tile is qt queries x the G heads of kv head kvh, pairs
@@ -1564,6 +1553,11 @@ __global__ void __launch_bounds__(256) attn_span_fold_kernel(gp_cu_attn a, attn_
     finish_out<NE>(a.out + (size_t)row * hd, hd, L, O, pl.bf);
 }
 
+/* The spans a plan's splits lie in: the first (the lowest split's: a pinned one's, else lo's) and their count, to
+ * hi's. */
+static int32_t span_lo(const attn_plan &m) { return (m.np > 0 ? 0 : m.lo) / GP_CU_ATTN_SPAN; }
+static int32_t span_count(const attn_plan &m) { return m.hi / GP_CU_ATTN_SPAN - span_lo(m) + 1; }
+
 /* The call's splits: the last query's split, down to the first query's window start (or the first held position),
  * plus the splits of pinned positions below that. */
 static attn_plan plan_of(const gp_cu_attn *a, int bf) {
@@ -1581,10 +1575,9 @@ static attn_plan plan_of(const gp_cu_attn *a, int bf) {
     m.G = a->n_heads / a->n_kv;
     m.bf = bf;
     m.dbuf = 0, m.per = 0;
-    /* a chunk's spans: from the lowest split's (a pinned one's, else lo's) to hi's; decode leaves them 0 (the
-     * arguments of a recorded step repeat) */
-    m.s0 = a->n > 1 ? (m.np > 0 ? 0 : m.lo) / GP_CU_ATTN_SPAN : 0;
-    m.nspan = a->n > 1 ? m.hi / GP_CU_ATTN_SPAN - m.s0 + 1 : 0;
+    /* a chunk's spans; decode leaves them 0 (the arguments of a recorded step repeat) */
+    m.s0 = a->n > 1 ? span_lo(m) : 0;
+    m.nspan = a->n > 1 ? span_count(m) : 0;
     return m;
 }
 
@@ -1593,8 +1586,7 @@ extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
     if (a->n > 1) /* a chunk: each span's state of every (query, head) when there are several, else none */
         return m.nspan > 1 ? (size_t)a->n * a->n_heads * (size_t)m.nspan * (size_t)(a->head_dim + 2) : 0;
     /* decode: each split's partial of every head, then each span's state (fold_if_last) */
-    const int32_t nsp = m.hi / GP_CU_ATTN_SPAN - (m.np > 0 ? 0 : m.lo) / GP_CU_ATTN_SPAN + 1;
-    return (size_t)a->n_heads * (size_t)(m.np + m.hi - m.lo + 1 + nsp) * (size_t)(a->head_dim + 2);
+    return (size_t)a->n_heads * (size_t)(m.np + m.hi - m.lo + 1 + span_count(m)) * (size_t)(a->head_dim + 2);
 }
 
 /* Largest dynamic shared memory the attention kernels take: staged split tiles of head_dim 256, CHUNK_Q query
@@ -1805,7 +1797,6 @@ static attn_pre pre_copy(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl) {
  * span of a tile: pl.nspan times the blocks a chunk had before, BENCHMARKS.md). */
 static int span_fold(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl) {
     if (pl.nspan <= 1) return (int)cudaGetLastError();
-    if (!a->part) return (int)cudaErrorInvalidValue;
     const int64_t rows = (int64_t)a->n * a->n_heads, hd = a->head_dim;
     const dim3 grid((unsigned)((rows + 7) / 8)), blk(256);
     if (hd <= 64) launch(attn_span_fold_kernel<2>, grid, blk, 0, d, *a, pl);
@@ -1817,6 +1808,7 @@ static int span_fold(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl) {
 /* A chunk of queries: blocks of query tiles x one kv head's group x the chunk's spans. */
 static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl0, size_t tiles) {
     if (pl0.G > 16) return (int)cudaErrorNotSupported; /* (no supported family has more than 8) */
+    if (pl0.nspan > 1 && !a->part) return (int)cudaErrorInvalidValue; /* nowhere for the spans' states */
     /* a block a span of its tile (GP_CU_ATTN_PER=k: k spans a block in turn) */
     static const int per = env_int("GP_CU_ATTN_PER", 1);
     attn_plan pl = pl0;
