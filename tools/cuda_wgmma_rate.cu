@@ -7,35 +7,16 @@
  * Measured on an H200 (2026-11-28, BENCHMARKS.md): RS m64n128 with two warpgroups and one group in flight 969
  * (random operands 949, with the ring 856), SS n128 and n256 about the same (955, 953): the loop's instructions and
  * operand source are not what holds wg_gemm_kernel near half of that; the ring's handshake costs about 10%.
- *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -o /tmp/wgrate tools/cuda_wgmma_rate.cu && /tmp/wgrate
+ *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Isrc -o /tmp/wgrate tools/cuda_wgmma_rate.cu
+ *   /tmp/wgrate
  */
+#include "kernels/cuda/cuda_wgmma.cuh" /* wgmma_n128 (RS), wg_desc, the fences and mbarriers: the kernel's own */
+
 #include <cstdint>
 #include <cstdio>
 #include <type_traits>
 
-/* d += A * B: A from registers (a0..a3, mma16816's A fragment) or a descriptor, B a descriptor */
-__device__ __forceinline__ void wg_rs_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                           uint64_t b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-                 "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-                   "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-                   "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-                   "+f"(d[63])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b)
-                 : "memory");
-}
+/* d += A * B, A and B from shared memory (descriptors) */
 __device__ __forceinline__ void wg_ss_n128(float (&d)[64], uint64_t a, uint64_t b) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -55,41 +36,6 @@ __device__ __forceinline__ void wg_ss_n128(float (&d)[64], uint64_t a, uint64_t 
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
                    "+f"(d[63])
                  : "l"(a), "l"(b)
-                 : "memory");
-}
-__device__ __forceinline__ void wg_rs_n256(float (&d)[128], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                           uint64_t b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, "
-                 "{%128,%129,%130,%131}, %132, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-                   "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-                   "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-                   "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-                   "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-                   "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-                   "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-                   "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-                   "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
-                   "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]),
-                   "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
-                   "+f"(d[126]), "+f"(d[127])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b)
                  : "memory");
 }
 __device__ __forceinline__ void wg_ss_n256(float (&d)[128], uint64_t a, uint64_t b) {
@@ -127,25 +73,6 @@ __device__ __forceinline__ void wg_ss_n256(float (&d)[128], uint64_t a, uint64_t
                  : "memory");
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(uint64_t *b, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *b, int parity) {
-    asm volatile("{\n.reg .pred P;\nWAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n@!P bra WAIT;\n}\n" ::"r"(smem_u32(b)),
-                 "r"(parity)
-                 : "memory");
-}
-
-__device__ __forceinline__ uint64_t desc(const void *s) { /* K-major, 128-byte swizzle, 1024-byte atoms */
-    const uint64_t a = (__cvta_generic_to_shared(s) >> 4) & 0x3FFF;
-    return a | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
-}
-
 __device__ __forceinline__ uint32_t mix(uint32_t x) { /* a hash: operands in [-1, 1) as bf16 pairs */
     x ^= x >> 16, x *= 0x7feb352dU, x ^= x >> 15, x *= 0x846ca68bU, x ^= x >> 16;
     return (x & 0x807f807fU) | 0x3f003f00U; /* sign, exponent 2^-1, 7 mantissa bits each half */
@@ -155,6 +82,7 @@ __device__ __forceinline__ uint32_t mix(uint32_t x) { /* a hash: operands in [-1
  * and frees the stage before it through an empty mbarrier (wg_gemm_kernel's ring of S stages, without copies) */
 template <int N, bool RS, int D, bool RAND = false, bool RING = false>
 __global__ void __launch_bounds__(288, 1) rate_kernel(int iters, float *out, int wgs) {
+    static_assert(!RS || N == 128, "A from registers: m64n128 (the kernel's)");
     constexpr int R = N / 2, S = 7;
     extern __shared__ __align__(1024) uint4 sm[]; /* [2][64 rows x 8 units] A, then [N x 8 units] B, barriers */
     for (int i = threadIdx.x; i < (2 * 64 + N) * 8; i += blockDim.x) {
@@ -187,26 +115,19 @@ __global__ void __launch_bounds__(288, 1) rate_kernel(int iters, float *out, int
         if constexpr (RS)
 #pragma unroll
             for (int h = 0; h < 2; h++) /* the fragments, as wg_gemm_kernel reads them */
-                a[pr][h][0] = A[(16 * warp + (lane >> 2)) * 8 + ((4 * h + (lane & 3)) ^ (lane >> 2 & 7))],
-                a[pr][h][1] = A[(16 * warp + (lane >> 2) + 8) * 8 + ((4 * h + (lane & 3)) ^ (lane >> 2 & 7))];
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                a[pr][h][0] = A[wg_unit(16 * warp + (lane >> 2), 4 * h + (lane & 3))],
+                a[pr][h][1] = A[wg_unit(16 * warp + (lane >> 2) + 8, 4 * h + (lane & 3))];
+        wg_fence();
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
             for (int p = 0; p < 2; p++) {
-                if constexpr (RS) {
-                    const uint4 x = a[pr][h][0], y = a[pr][h][1];
-                    if constexpr (N == 128) wg_rs_n128(acc, p ? x.z : x.x, p ? y.z : y.x, p ? x.w : x.y, p ? y.w : y.y,
-                                                       desc(B + 4 * h + 2 * p));
-                    else wg_rs_n256(acc, p ? x.z : x.x, p ? y.z : y.x, p ? x.w : x.y, p ? y.w : y.y,
-                                    desc(B + 4 * h + 2 * p));
-                } else {
-                    if constexpr (N == 128) wg_ss_n128(acc, desc(A + 4 * h + 2 * p), desc(B + 4 * h + 2 * p));
-                    else wg_ss_n256(acc, desc(A + 4 * h + 2 * p), desc(B + 4 * h + 2 * p));
-                }
+                if constexpr (RS) wgmma_n128(acc, a[pr][h][0], a[pr][h][1], p, wg_desc(B + 4 * h + 2 * p));
+                else if constexpr (N == 128) wg_ss_n128(acc, wg_desc(A + 4 * h + 2 * p), wg_desc(B + 4 * h + 2 * p));
+                else wg_ss_n256(acc, wg_desc(A + 4 * h + 2 * p), wg_desc(B + 4 * h + 2 * p));
             }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(D) : "memory");
+        wg_commit();
+        wg_wait<D>();
         if (RING && i > 0 && lane == 0) mbar_arrive(&empty[(i - 1) % S]); /* the stage before: its group done */
         i++;
         if constexpr (RS) /* the last stage's fragments live until its group is done (here): not reused before */
@@ -220,9 +141,8 @@ __global__ void __launch_bounds__(288, 1) rate_kernel(int iters, float *out, int
 #pragma unroll 1
     for (int it = 0; it < iters; it += 2)
         stage(std::integral_constant<int, 0>()), stage(std::integral_constant<int, 1>());
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-    for (int i = 0; i < R; i++) asm volatile("" : "+f"(acc[i])::"memory"); /* read only after the wait */
+    wg_wait<0>();
+    wg_hold(acc); /* read only after the wait */
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < R; i++) s += acc[i];
