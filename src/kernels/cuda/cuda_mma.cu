@@ -705,7 +705,7 @@ __global__ void rmsnorm_xb_kernel(uint4 *__restrict__ xb, const float *__restric
 
 #define WG_BN 128 /* tokens per tile */
 #ifndef WG_S
-#define WG_S 7 /* stages in the ring of buffers: whole GEMMs (room their total in registers frees; BENCHMARKS.md) */
+#define WG_S 6 /* stages in the ring of buffers: whole GEMMs (7, all their shared memory: 1-3% slower; BENCHMARKS.md) */
 #endif
 #ifndef WG_S_SPLIT
 #define WG_S_SPLIT 5 /* the same, split GEMMs (7: q|k|v 4-8% slower) */
@@ -914,86 +914,103 @@ __device__ __forceinline__ const float *wg_stage_out(float (&tot)[WG_BN / 2], fl
     return es;
 }
 
+/* The biases (gate, up; 0 where none) of GLU output row r (< rows) */
+struct glu_bias {
+    float g, u;
+};
+__device__ __forceinline__ glu_bias wg_glu_bias(const mma_parts &P, int64_t r) {
+    return {P.B[0] ? wt_at(P.B[0], P.bdt[0], r) : 0.0f, P.B[1] ? wt_at(P.B[1], P.bdt[1], r) : 0.0f};
+}
+
 /* Output (token tl of the tile, row r) of a GLU tile from the staged totals es (consumer warpgroup 0's: the gate
- * rows' sums, 1's: the same rows' up sums, rows from the tile's r0): glu_val of the two mm_val'd, store_glu's bits. */
-__device__ __forceinline__ float wg_glu_out(const mma_parts &P, const float *es, int tl, int64_t r0, int r, int mode,
+ * rows' sums, 1's: the same rows' up sums) and the row's biases b: glu_val of the two mm_val'd, store_glu's bits. */
+__device__ __forceinline__ float wg_glu_out(const mma_parts &P, const float *es, int tl, int r, glu_bias b, int mode,
                                             int act) {
     const float *e = es + tl * WG_ES + r;
-    const float bg = P.B[0] ? wt_at(P.B[0], P.bdt[0], r0 + r) : 0.0f;
-    const float bu = P.B[1] ? wt_at(P.B[1], P.bdt[1], r0 + r) : 0.0f;
-    const float gv = mm_val(e[0], P.B[0] != NULL, bg, mode, 1.0f);
-    const float uv = mm_val(e[WG_BN * WG_ES], P.B[1] != NULL, bu, mode, 1.0f);
+    const float gv = mm_val(e[0], P.B[0] != NULL, b.g, mode, 1.0f);
+    const float uv = mm_val(e[WG_BN * WG_ES], P.B[1] != NULL, b.u, mode, 1.0f);
     return glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
 }
 
 /* The GLU tile's outputs y [n, rows] (wg_glu_out), a token's 64 rows by adjacent consumer threads; with xo (rows %
  * 32 == 0) also the next GEMM's input copy of y (to_bf16_wg_kernel's bits), a thread an xo unit: its 8 outputs
  * (columns k0 + 8 c + {0, 1}) stored as 4 pairs and one 16-byte unit (one output at a time, the copy's 2-byte stores
- * cost the GLU more than half of the copy kernel they saved, BENCHMARKS.md). */
+ * cost the GLU more than half of the copy kernel they saved, BENCHMARKS.md).  A thread's rows are the same for
+ * every token: their biases and addresses found once (found for each output, the loop was about 90 instructions an
+ * output, most waiting on the one before, and the stores took 7 µs a block; BENCHMARKS.md). */
 __device__ __forceinline__ void wg_store_glu(const mma_parts &P, const float *es, int32_t t0, int64_t r0, int64_t rows,
                                              int32_t n, int mode, int act, uint16_t *xo) {
+    const int tn = min(WG_BN, n - t0);
     if (!xo) {
-#pragma unroll 1
-        for (int k = threadIdx.x; k < WG_BN * 64; k += 256) {
-            const int32_t t = t0 + (k >> 6);
-            const int64_t r = r0 + (k & 63);
-            if (t < n && r < rows) P.Y[0][(size_t)t * rows + r] = wg_glu_out(P, es, k >> 6, r0, k & 63, mode, act);
-        }
+        const int rl = threadIdx.x & 63;
+        if (r0 + rl >= rows) return;
+        const glu_bias b = wg_glu_bias(P, r0 + rl);
+        float *y = P.Y[0] + (size_t)t0 * rows + r0 + rl;
+#pragma unroll 4
+        for (int tl = threadIdx.x >> 6; tl < tn; tl += 4)
+            y[(size_t)tl * rows] = wg_glu_out(P, es, tl, rl, b, mode, act);
         return;
     }
+    const int u = threadIdx.x & 7, q = u & 3, k0 = (u >> 2) * 32 + 4 * (q >> 1) + 2 * (q & 1);
+    if (r0 + k0 >= rows) return; /* (rows % 32 == 0: then all 8 of its rows are in range) */
+    glu_bias b[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++) b[c] = wg_glu_bias(P, r0 + k0 + 8 * (c >> 1) + (c & 1));
+    float *y0 = P.Y[0] + (size_t)t0 * rows + r0 + k0;
+    uint16_t *x0 = xo + (size_t)t0 * rows + r0 + 8 * u;
 #pragma unroll 1
-    for (int k = threadIdx.x; k < WG_BN * 8; k += 256) {
-        const int tl = k >> 3, u = k & 7, q = u & 3, k0 = (u >> 2) * 32 + 4 * (q >> 1) + 2 * (q & 1);
-        const int32_t t = t0 + tl;
-        if (t >= n || r0 + k0 >= rows) continue;
-        float *y = P.Y[0] + (size_t)t * rows + r0 + k0;
+    for (int tl = threadIdx.x >> 3; tl < tn; tl += 32) {
+        float *y = y0 + (size_t)tl * rows;
         uint32_t w[4];
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            const float lo = wg_glu_out(P, es, tl, r0, k0 + 8 * c, mode, act);
-            const float hi = wg_glu_out(P, es, tl, r0, k0 + 8 * c + 1, mode, act);
+            const float lo = wg_glu_out(P, es, tl, k0 + 8 * c, b[2 * c], mode, act);
+            const float hi = wg_glu_out(P, es, tl, k0 + 8 * c + 1, b[2 * c + 1], mode, act);
             *(float2 *)(y + 8 * c) = make_float2(lo, hi);
             w[c] = pack2(lo, hi);
         }
-        *(uint4 *)(xo + (size_t)t * rows + r0 + 8 * u) = make_uint4(w[0], w[1], w[2], w[3]);
+        *(uint4 *)(x0 + (size_t)tl * rows) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
-/* A whole GEMM's outputs from the staged totals es: rows r0 + 64 h .. of warpgroup h, as store_out stores them.
- * Adding to the residual (GP_CU_ACC), WG_OUTB of a thread's outputs at a time, their reads issued together before any
- * store (one at a time, the 8B shape's o and down waited a memory latency per output: 29% and 14% slower; batched
- * without the reads, q|k|v was 2-5% slower; BENCHMARKS.md). */
+/* A whole GEMM's outputs from the staged totals es: rows r0 + 64 h .. of warpgroup h, as store_out stores them, a
+ * token's 64 rows by adjacent threads.  A thread's two rows are the same for every token: their part, bias and
+ * address found once (found for each output as store_out does, the loop was about 90 instructions an output, most
+ * waiting on the one before, and the stores took 14-17 µs a block; BENCHMARKS.md).  Adding to the residual
+ * (GP_CU_ACC), WG_OUTB of a thread's outputs at a time, their reads issued together before any store (one at a time,
+ * the 8B shape's o and down waited a memory latency per output: 29% and 14% slower; BENCHMARKS.md). */
 #define WG_OUTB 8
-static_assert(2 * WG_BN * 64 % (256 * WG_OUTB) == 0, "the epilogue's batches");
 __device__ __forceinline__ void wg_store_whole(const mma_parts &P, const float *es, int32_t t0, int64_t r0,
                                                int64_t rows, int32_t n, int mode, float alpha) {
-    if (!(mode & GP_CU_ACC)) {
+    const int rl = threadIdx.x & 63, tn = min(WG_BN, n - t0);
 #pragma unroll 1
-        for (int k = threadIdx.x; k < 2 * WG_BN * 64; k += 256) {
-            const int h = k / (WG_BN * 64), tl = (k >> 6) % WG_BN;
-            const int32_t t = t0 + tl;
-            const int64_t r = r0 + 64 * h + (k & 63);
-            if (t < n && r < rows) store_out(P, es[(h * WG_BN + tl) * WG_ES + (k & 63)], t, r, mode, alpha);
+    for (int h = 0; h < 2; h++) {
+        const int64_t r = r0 + 64 * h + rl;
+        if (r >= rows) return;
+        int64_t lr;
+        const int k = part_row(P, r, &lr);
+        const void *B = part_of(P.B, k);
+        const float b = B ? wt_at(B, part_of(P.bdt, k), lr) : 0.0f;
+        const size_t pr = (size_t)part_of(P.rows, k);
+        float *y = part_of(P.Y, k) + (size_t)t0 * pr + lr;
+        const float *e = es + h * WG_BN * WG_ES + rl;
+        if (!(mode & GP_CU_ACC)) {
+#pragma unroll 4
+            for (int tl = threadIdx.x >> 6; tl < tn; tl += 4)
+                y[tl * pr] = mm_val(e[tl * WG_ES], B != NULL, b, mode, alpha);
+            continue;
         }
-        return;
-    }
 #pragma unroll 1
-    for (int k0 = threadIdx.x; k0 < 2 * WG_BN * 64; k0 += 256 * WG_OUTB) {
-        float *o[WG_OUTB], v[WG_OUTB], old[WG_OUTB];
+        for (int tb = threadIdx.x >> 6; tb < tn; tb += 4 * WG_OUTB) {
+            float old[WG_OUTB];
 #pragma unroll
-        for (int u = 0; u < WG_OUTB; u++) {
-            const int k = k0 + 256 * u, h = k / (WG_BN * 64), tl = (k >> 6) % WG_BN;
-            const int32_t t = t0 + tl;
-            const int64_t r = r0 + 64 * h + (k & 63);
-            v[u] = 0.0f;
-            o[u] = t < n && r < rows ? out_at(P, es[(h * WG_BN + tl) * WG_ES + (k & 63)], t, r, mode, alpha, &v[u])
-                                     : NULL;
+            for (int u = 0; u < WG_OUTB; u++) old[u] = tb + 4 * u < tn ? y[(tb + 4 * u) * pr] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < WG_OUTB; u++) {
+                const int tl = tb + 4 * u;
+                if (tl < tn) y[tl * pr] = mm_out(old[u], mm_val(e[tl * WG_ES], B != NULL, b, mode, alpha), mode);
+            }
         }
-#pragma unroll
-        for (int u = 0; u < WG_OUTB; u++) old[u] = o[u] ? *o[u] : 0.0f;
-#pragma unroll
-        for (int u = 0; u < WG_OUTB; u++)
-            if (o[u]) *o[u] = mm_out(old[u], v[u], mode);
     }
 }
 
