@@ -888,6 +888,23 @@ __device__ __forceinline__ void wg_producer_tma(const wg_maps &M, const mma_part
     }
 }
 
+/* The residual tile a whole GEMM adding to it (GP_CU_ACC) reads in its epilogue, requested into L2 by the TMA
+ * producer once its copies are issued, while the consumers' last stages run: each of the tile's tokens' run of rows,
+ * where the tile's rows are one part's and the runs are 16-byte units.  (The residual was written a GEMM or more
+ * before, whose weights have pushed it out of L2: the epilogue's batches of reads each waited on memory, 9-10 µs a
+ * block for the 8B shape's o and down, 7.3-7.4 with this; BENCHMARKS.md.) */
+__device__ __forceinline__ void wg_res_prefetch(const mma_parts &P, int64_t r0, int64_t rows, int32_t t0, int32_t n) {
+    int64_t lr0, lr1;
+    const int k = part_row(P, r0, &lr0);
+    if (part_row(P, min(r0 + 128, rows) - 1, &lr1) != k) return;
+    const size_t pr = (size_t)part_of(P.rows, k);
+    const uint32_t bytes = (uint32_t)(lr1 - lr0 + 1) * 4;
+    const float *y = part_of(P.Y, k) + (size_t)t0 * pr + lr0;
+    if (bytes % 16 || pr % 4 || (uintptr_t)y % 16) return;
+    for (int t = 0; t < WG_BN && t0 + t < n; t++)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(y + (size_t)t * pr), "r"(bytes) : "memory");
+}
+
 #define WG_SMEM_WHOLE WG_SMEM_S(WG_S)
 static_assert(WG_SMEM_WHOLE <= 232448, "a whole GEMM's stages exceed a block's shared memory");
 
@@ -1077,7 +1094,10 @@ __global__ void __launch_bounds__(384, 1)
     if (warp >= 8) {
         if constexpr (WHOLE) wg_regs_dec<72>(); /* 128 x 72 + 256 x 216 registers: the 384 x 168 allotted */
         if constexpr (TMA) {
-            if (warp == 8 && lane == 0) wg_producer_tma<GLU, S>(M, P, cols, gsm, full, empty, j0, cend);
+            if (warp == 8 && lane == 0) {
+                wg_producer_tma<GLU, S>(M, P, cols, gsm, full, empty, j0, cend);
+                if (WHOLE && !GLU && (mode & GP_CU_ACC)) wg_res_prefetch(P, r0, rows, t0, n);
+            }
         } else wg_producer<GLU, S>(P, xb, rows, cols, n, gsm, full, empty, j0, cend, warp - 8);
         return;
     }
