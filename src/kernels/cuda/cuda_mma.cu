@@ -705,7 +705,7 @@ __global__ void rmsnorm_xb_kernel(uint4 *__restrict__ xb, const float *__restric
 
 #define WG_BN 128 /* tokens per tile */
 #ifndef WG_S
-#define WG_S 6 /* stages in the ring of buffers: whole GEMMs (7, all their shared memory: 1-3% slower; BENCHMARKS.md) */
+#define WG_S 6 /* stages in the ring of buffers: whole GEMMs (7, all their shared memory: 1-5% slower; BENCHMARKS.md) */
 #endif
 #ifndef WG_S_SPLIT
 #define WG_S_SPLIT 5 /* the same, split GEMMs (7: q|k|v 4-8% slower) */
