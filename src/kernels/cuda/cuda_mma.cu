@@ -29,19 +29,31 @@
 #include <type_traits>
 
 
+/* 16 bytes of bf16 (or f16) weights, streamed (evict-first), asking L2 to fetch the whole 128-byte line from memory
+ * (.L2::128B): a warp's load takes 64 bytes of each of 8 rows (the fragment map) and the line's other half comes with
+ * the chain's next chunk, which L2 then already holds (measured on an H200: the 8B shape's bf16 decode +8%, the
+ * 256-byte hint +4%: BENCHMARKS.md). */
+__device__ __forceinline__ uint4 ld_w16(const void *p) {
+    uint4 u;
+    asm volatile("ld.global.cs.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+                 : "l"(p));
+    return u;
+}
+
 /* The 8 stored weights [k, k + 8) of a row as four bf16x2 words (rounded to bf16 unless stored as bf16); zeros past
  * cols (cols % 8 == 0). */
 template <int DT>
 __device__ __forceinline__ uint4 w8(const void *W, int64_t r, int64_t cols, int64_t k) {
     if (k >= cols) return make_uint4(0, 0, 0, 0);
-    if (DT == GP_CU_BF16) return __ldcs((const uint4 *)((const uint16_t *)W + r * cols + k));
+    if (DT == GP_CU_BF16) return ld_w16((const uint16_t *)W + r * cols + k);
     float f[8];
     if (DT == GP_CU_F32) {
         const float4 *p = (const float4 *)((const float *)W + r * cols + k);
         const float4 a = __ldcs(p), b = __ldcs(p + 1);
         f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
     } else {
-        const uint4 u = __ldcs((const uint4 *)((const __half *)W + r * cols + k));
+        const uint4 u = ld_w16((const __half *)W + r * cols + k);
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
