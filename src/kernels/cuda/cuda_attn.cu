@@ -475,6 +475,59 @@ __device__ __forceinline__ void fold_empty(float &M, float &L, float (&O)[NE]) {
     for (int k = 0; k < NE; k++) O[k] = 0.0f;
 }
 
+/* fold_run's fold of partials [b0, b1) into (M, L, O), the same arithmetic in fewer round trips to memory: of each
+ * 32 partials, lane i reads partial i's m and l and computes its factors (the running max before and after it is a
+ * scan of fmaxf, exact in any order) into fac [3][32] (the warp's, shared memory), while the accs of the first
+ * W / NE partials are on their way; the warp folds them in order, then reads the next W / NE.  Partials that saw no
+ * key (m = -inf) are passed over. */
+template <int NE, int W, typename Load>
+__device__ __forceinline__ void fold_run_scan(int32_t b0, int32_t b1, int32_t hd, float &M, float &L,
+                                              float (&O)[NE], float *fac, Load ld) {
+    constexpr int CH = W / NE < 32 ? W / NE : 32; /* partials whose accs are in flight together (W floats a lane) */
+    const int lane = threadIdx.x & 31;
+    for (int32_t g = b0; g < b1; g += 32) {
+        const int n = min(32, b1 - g);
+        float acc[CH][NE];
+        const auto load = [&](int c) {
+#pragma unroll
+            for (int i = 0; i < CH; i++)
+#pragma unroll
+                for (int k = 0; k < NE; k++)
+                    acc[i][k] = c + i < n && lane + 32 * k < hd ? ld(g + c + i, 2 + lane + 32 * k) : 0.0f;
+        };
+        load(0);
+        const float ms = lane < n ? ld(g + lane, 0) : -INFINITY, ls = lane < n ? ld(g + lane, 1) : 0.0f;
+        float hi = fmaxf(ms, M); /* the running max after partial lane: fold_step's Mn */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float v = __shfl_up_sync(~0u, hi, o);
+            if (lane >= o) hi = fmaxf(hi, v);
+        }
+        float lo = __shfl_up_sync(~0u, hi, 1); /* ... and before it */
+        if (lane == 0) lo = M;
+        fac[lane] = lo == -INFINITY ? 0.0f : expf(lo - hi);
+        fac[32 + lane] = expf(ms - hi);
+        fac[64 + lane] = __fmul_rn(ls, fac[32 + lane]);
+        const uint32_t live = __ballot_sync(~0u, ms != -INFINITY);
+        M = __shfl_sync(~0u, hi, n - 1);
+        __syncwarp();
+        for (int c = 0; c < n; c += CH) {
+            if (c > 0) load(c);
+#pragma unroll
+            for (int i = 0; i < CH; i++) {
+                const int u = c + i; /* (< 32: CH divides 32) */
+                const float2 ab = make_float2(fac[u], fac[32 + u]);
+                if (live >> u & 1) { /* fold_step and fold_elem */
+                    L = __fadd_rn(__fmul_rn(L, ab.x), fac[64 + u]);
+#pragma unroll
+                    for (int k = 0; k < NE; k++) O[k] = fold_elem(O[k], acc[i][k], ab);
+                }
+            }
+        }
+        __syncwarp(); /* (fac read by every lane before the next group's) */
+    }
+}
+
 /* Folds the ns partials of one (query, head) in order into out (a warp), in two levels (fixed absolute boundaries,
  * so the same for every chunking): each span's partials (GP_CU_ATTN_SPAN splits; end(b): the index after the last
  * partial of b's span) from the empty state (fold_run), then the spans' states in order (a span's state is a partial
@@ -1133,10 +1186,13 @@ __global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS, K =
 }
 
 /* After this block's partials are written to part: the last of kv head kvh's nb blocks to finish (a ticket: which
- * block folds varies, the fold's order does not) folds every head's ns partials in order, a warp a head. */
-template <int NE>
+ * block folds varies, the fold's order does not) folds every head's ns partials in order, a warp a head.  The folds
+ * are chains of round trips to L2 at the end of the launch, on one block a kv head: fold_run_scan takes 2 at most
+ * where fold_run took 8 for a span of 32 partials (W > 0; scratch: the block's dynamic shared memory, its buffers
+ * free by then, 96 floats a warp). */
+template <int NE, int W> /* W: fold_run_scan's floats in flight a lane (0: fold_run, for kernels short of registers) */
 __device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_plan &pl, const attn_desc_sm &d,
-                                             int32_t kvh, int32_t nb, int32_t ns) {
+                                             int32_t kvh, int32_t nb, int32_t ns, float *scratch) {
     __shared__ int last;
     /* the ticket: a release of the block's partials (the barrier orders them before it) and, for the last block, an
      * acquire of the others' (instead of a full fence, __threadfence, then a relaxed atomicAdd) */
@@ -1161,7 +1217,9 @@ __device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_pla
             const int32_t b1 = phase ? nsp : ids_below(d, ns, (sp + 1) * GP_CU_ATTN_SPAN);
             float M, L, O[NE];
             fold_empty<NE>(M, L, O);
-            fold_run<NE>(b0, b1, hd, M, L, O, [&](int32_t b, int32_t i) { return __ldcg(src + (size_t)b * ld + i); });
+            const auto ldp = [&](int32_t b, int32_t i) { return __ldcg(src + (size_t)b * ld + i); };
+            if constexpr (W > 0) fold_run_scan<NE, W>(b0, b1, hd, M, L, O, scratch + 96 * (threadIdx.x >> 5), ldp);
+            else fold_run<NE>(b0, b1, hd, M, L, O, ldp);
             if (phase) finish_out<NE>(a.out + (size_t)(kvh * pl.G + h) * hd, hd, L, O, pl.bf);
             else put_part<NE>(states + ((size_t)h * nsp + si) * ld, M != -INFINITY, M, L, O, hd);
         }
@@ -1348,7 +1406,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
         __syncthreads(); /* (every warp done with the split's rows before the next is staged over them) */
         if (pre) b = 1 - b;
     }
-    fold_if_last<NE>(a, pl, d, kvh, nb, ns);
+    fold_if_last<NE, (STAGE_BATCH > 1 ? 32 : 0)>(a, pl, d, kvh, nb, ns, smem);
 }
 
 /* PLAIN: head_dim = 32 NE, no soft-capping, and the float32 mode (or, MMA, the bf16 mode's tensor-core path),
@@ -1453,7 +1511,7 @@ __device__ __forceinline__ void split_decode16(const gp_cu_attn &a, const attn_p
         if (pl.dbuf) b = 1 - b;
         else stage16_async(a, &d, split_id(d, idx), kvh, kb_of(0), vb_of(0), held);
     }
-    fold_if_last<NE>(a, pl, d, kvh, nb, ns);
+    fold_if_last<NE, 64>(a, pl, d, kvh, nb, ns, smem);
 }
 
 /* Decode over bfloat16 cache rows on tensor cores (split_decode16): blocks that may take several splits, and
