@@ -1096,18 +1096,46 @@ __global__ void __launch_bounds__(256) attn_kv_bf16_kernel(gp_cu_attn a, attn_pl
 }
 
 /* Split s's keys, value columns and held flags from attn_pre's copy into kb [SPLIT][ldk], vt [hd][VT_LD] and held
- * by cp.async (one group, not waited for). */
+ * by cp.async (one group, not waited for).  A thread copies the same 16 bytes of every row (every column) it takes,
+ * rows n / (hd / 8) apart (columns n / 8) for n threads, so each copy's addresses are the last ones plus a stride
+ * (STRIDED, heads over 64: the loops that found each row, piece and column again took 29% of the chunk kernel's
+ * instructions at 8,192 held tokens, 8 turns a split; heads of 64 take 2 turns, and their kernel, held to 128
+ * registers, ran 1% slower with the strides: BENCHMARKS.md); row_walk's loop where hd / 8 does not divide n. */
+template <bool STRIDED>
 __device__ void stage_copy_async(const attn_pre &c, int32_t s, int32_t kvh, int32_t hd, int32_t ldk, uint16_t *kb,
                                  uint32_t *vt, uint8_t *held) {
-    const int32_t i0 = s * SPLIT - c.p0;
-    const uint16_t *k = c.k + ((size_t)kvh * c.np + i0) * hd;
-    for (row_walk w(hd / 8); w.i < SPLIT; w.step()) cp16(kb + w.i * ldk + 8 * w.f, k + w.i * hd + 8 * w.f, true);
-    const uint32_t *v = c.v + (size_t)kvh * hd * (c.np / 2) + i0 / 2;
-    for (int u = threadIdx.x; u < hd * (SPLIT / 8); u += blockDim.x) { /* a column's SPLIT / 2 words: 8 units */
-        const int col = u / (SPLIT / 8), q = u % (SPLIT / 8);
-        cp16(vt + col * VT_LD + 4 * q, v + (size_t)col * (c.np / 2) + 4 * q, true);
+    if constexpr (!STRIDED) {
+        const int32_t i0 = s * SPLIT - c.p0;
+        const uint16_t *k = c.k + ((size_t)kvh * c.np + i0) * hd;
+        for (row_walk w(hd / 8); w.i < SPLIT; w.step()) cp16(kb + w.i * ldk + 8 * w.f, k + w.i * hd + 8 * w.f, true);
+        const uint32_t *v = c.v + (size_t)kvh * hd * (c.np / 2) + i0 / 2;
+        for (int u = threadIdx.x; u < hd * (SPLIT / 8); u += blockDim.x) { /* a column's SPLIT / 2 words: 8 units */
+            const int col = u / (SPLIT / 8), q = u % (SPLIT / 8);
+            cp16(vt + col * VT_LD + 4 * q, v + (size_t)col * (c.np / 2) + 4 * q, true);
+        }
+        if (threadIdx.x < SPLIT / 16) cp16(held + 16 * threadIdx.x, c.h + i0 + 16 * threadIdx.x, true);
+        cp_commit();
+        return;
     }
-    if (threadIdx.x < SPLIT / 16) cp16(held + 16 * threadIdx.x, c.h + i0 + 16 * threadIdx.x, true);
+    const int32_t i0 = s * SPLIT - c.p0, nv = hd / 8, n = blockDim.x;
+    int32_t t = threadIdx.x;
+    asm volatile("" : "+r"(t)); /* (found at each call: kept across the caller's loop, its offsets spilled) */
+    const uint16_t *k = c.k + ((size_t)kvh * c.np + i0) * hd;
+    if (n % nv == 0) {
+        const int32_t dr = n / nv;
+        const uint16_t *src = k + (t / nv) * hd + 8 * (t % nv);
+        uint16_t *dst = kb + (t / nv) * ldk + 8 * (t % nv);
+        for (int32_t i = t / nv; i < SPLIT; i += dr, src += (size_t)dr * hd, dst += dr * ldk) cp16(dst, src, true);
+    } else
+        for (row_walk w(nv); w.i < SPLIT; w.step()) cp16(kb + w.i * ldk + 8 * w.f, k + w.i * hd + 8 * w.f, true);
+    /* a value column's SPLIT / 2 words: SPLIT / 8 units of 16 bytes, unit t % 8 of columns t / 8 + j n / 8 */
+    static_assert(SPLIT / 8 == 8, "a value column's units: 8 (n is a multiple of 32)");
+    const size_t vld = (size_t)c.np / 2;
+    const int32_t dc = n / 8;
+    const uint32_t *vsrc = c.v + (size_t)kvh * hd * vld + i0 / 2 + (size_t)(t / 8) * vld + 4 * (t % 8);
+    uint32_t *vdst = vt + (t / 8) * VT_LD + 4 * (t % 8);
+    for (int32_t col = t / 8; col < hd; col += dc, vsrc += dc * vld, vdst += dc * VT_LD) cp16(vdst, vsrc, true);
+    if (t < SPLIT / 16) cp16(held + 16 * t, c.h + i0 + 16 * t, true);
     cp_commit();
 }
 
@@ -1154,7 +1182,7 @@ __global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS, K =
 #pragma unroll
     for (int k = 0; k < 8 * NE / K; k++) O[0][k] = O[1][k] = 0.0f;
     __syncthreads(); /* the descriptor is in place */
-    if (sp.count() > 0 && PRE) stage_copy_async(c, sp.split(0), kvh, hd, ldk, kb_of(0), vt_of(0), held_of(0));
+    if (sp.count() > 0 && PRE) stage_copy_async<(NE > 2)>(c, sp.split(0), kvh, hd, ldk, kb_of(0), vt_of(0), held_of(0));
     else if (sp.count() > 0) stage_async<B16>(a, &d, sp.split(0), kvh, pl.ld, ks, vs, held_f);
     for (int32_t b = 0; span < se; span++) { /* span by span; then its state out */
         for (const int32_t be = sp.below((span + 1) * GP_CU_ATTN_SPAN); b < be; b++) {
@@ -1163,7 +1191,7 @@ __global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS, K =
             __syncthreads(); /* split b landed; the readers of the buffer it goes to next (split b - 1's) are done */
             uint64_t hm;
             if (PRE) {
-                if (b + 1 < sp.count()) stage_copy_async(c, sp.split(b + 1), kvh, hd, ldk, kb_of(i ^ 1), vt_of(i ^ 1),
+                if (b + 1 < sp.count()) stage_copy_async<(NE > 2)>(c, sp.split(b + 1), kvh, hd, ldk, kb_of(i ^ 1), vt_of(i ^ 1),
                                                          held_of(i ^ 1));
                 hm = held_mask(held_of(i));
             } else {
