@@ -799,8 +799,10 @@ __device__ __forceinline__ void row_softmax(const gp_cu_attn &a, float (&v)[8][2
     for (int j = 0; j < 8; j++) {
         float e[2];
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            e[u] = v[j][u] == -INFINITY ? 0.0f : ex2_approx(fmaf(v[j][u], sl2, -msl2));
+        for (int u = 0; u < 2; u++) { /* (!MASK: no test; a score of -inf gives 2^-inf = 0 all the same where
+                                        * the max is finite, and a row whose max is not is not folded) */
+            if constexpr (MASK) e[u] = v[j][u] == -INFINITY ? 0.0f : ex2_approx(fmaf(v[j][u], sl2, -msl2));
+            else e[u] = ex2_approx(fmaf(v[j][u], sl2, -msl2));
             sum += e[u];
         }
         pp[j] = pack2(e[0], e[1]);
