@@ -1184,7 +1184,8 @@ __global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS, K =
 #pragma unroll
     for (int k = 0; k < 8 * NE / K; k++) O[0][k] = O[1][k] = 0.0f;
     __syncthreads(); /* the descriptor is in place */
-    if (sp.count() > 0 && PRE) stage_copy_async<(NE > 2)>(c, sp.split(0), kvh, hd, ldk, kb_of(0), vt_of(0), held_of(0));
+    constexpr bool STRIDED = NE > 2; /* (stage_copy_async's) */
+    if (sp.count() > 0 && PRE) stage_copy_async<STRIDED>(c, sp.split(0), kvh, hd, ldk, kb_of(0), vt_of(0), held_of(0));
     else if (sp.count() > 0) stage_async<B16>(a, &d, sp.split(0), kvh, pl.ld, ks, vs, held_f);
     for (int32_t b = 0; span < se; span++) { /* span by span; then its state out */
         for (const int32_t be = sp.below((span + 1) * GP_CU_ATTN_SPAN); b < be; b++) {
@@ -1193,8 +1194,9 @@ __global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS, K =
             __syncthreads(); /* split b landed; the readers of the buffer it goes to next (split b - 1's) are done */
             uint64_t hm;
             if (PRE) {
-                if (b + 1 < sp.count()) stage_copy_async<(NE > 2)>(c, sp.split(b + 1), kvh, hd, ldk, kb_of(i ^ 1), vt_of(i ^ 1),
-                                                         held_of(i ^ 1));
+                if (b + 1 < sp.count())
+                    stage_copy_async<STRIDED>(c, sp.split(b + 1), kvh, hd, ldk, kb_of(i ^ 1), vt_of(i ^ 1),
+                                              held_of(i ^ 1));
                 hm = held_mask(held_of(i));
             } else {
                 split_to_bf16(ks, vs, pl.ld, hd, kb_of(0), ldk, vt_of(0), VT_LD, held_f, &hm_f);
