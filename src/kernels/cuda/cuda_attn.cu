@@ -506,8 +506,9 @@ __device__ __forceinline__ void fold_run_scan(int32_t b0, int32_t b1, int32_t hd
         float lo = __shfl_up_sync(~0u, hi, 1); /* ... and before it */
         if (lane == 0) lo = M;
         fac[lane] = lo == -INFINITY ? 0.0f : expf(lo - hi);
-        fac[32 + lane] = expf(ms - hi);
-        fac[64 + lane] = __fmul_rn(ls, fac[32 + lane]);
+        const float fb = expf(ms - hi);
+        fac[32 + lane] = fb;
+        fac[64 + lane] = __fmul_rn(ls, fb);
         const uint32_t live = __ballot_sync(~0u, ms != -INFINITY);
         M = __shfl_sync(~0u, hi, n - 1);
         __syncwarp();
