@@ -10,8 +10,8 @@
  * online-softmax step (fold), in two levels: those of each span of GP_CU_ATTN_SPAN splits from the empty state, then
  * the spans' states (fold_parts_by).  Decode runs the splits in parallel (attn_split_kernel: a block per split and
  * kv head, a warp per query head of the group, partials to scratch; it may run the rope and store the new key and
- * value first), and the last block of a kv head to finish folds them (fold_if_last: the spans in parallel warps,
- * then their states; 2 to 8 splits: attn_cluster_kernel, the kv head's splits one thread-block cluster whose block 0
+ * value first), and attn_fold_kernel folds them (a block a head's 32 columns: the spans in parallel warps, then
+ * their states; 2 to 8 splits: attn_cluster_kernel, the kv head's splits one thread-block cluster whose block 0
  * folds the partials from the others' shared memory); a chunk of queries (attn_chunk_kernel; a block a span of its
  * tile, the spans' states folded by attn_span_fold_kernel) stages each split once for a tile of queries and every
  * head of a kv group, each warp running Q = 4 (query, head) pairs at once (2 for heads over 128: their dependent
@@ -533,7 +533,7 @@ __device__ __forceinline__ void fold_run_scan(int32_t b0, int32_t b1, int32_t hd
  * so the same for every chunking): each span's partials (GP_CU_ATTN_SPAN splits; end(b): the index after the last
  * partial of b's span) from the empty state (fold_run), then the spans' states in order (a span's state is a partial
  * of the same form; folding one into the empty state copies it).  A chunk computes its spans in parallel blocks
- * (attn_span_fold_kernel folds their states), decode's last block in parallel warps (fold_if_last). */
+ * (attn_span_fold_kernel folds their states), decode's in parallel warps of attn_fold_kernel. */
 template <int NE, typename Load, typename End>
 __device__ __forceinline__ void fold_parts_by(int32_t ns, int32_t hd, float *out, int bf, Load ld, End end) {
     float M, L, O[NE];
@@ -625,13 +625,6 @@ __device__ __forceinline__ gp_cu_wt norm_in(const gp_cu_wt &w, float *ws, int32_
     gp_cu_wt o = w;
     o.data = ws, o.dtype = GP_CU_F32;
     return o;
-}
-
-/* atomicAdd(p, 1) with acquire-release semantics at device scope; returns the old value. */
-__device__ __forceinline__ uint32_t ticket_acq_rel(uint32_t *p) {
-    uint32_t old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
-    return old;
 }
 
 /* One split's partial of one (query, head) by its warp: m (-inf when it saw no key), l, acc [hd] at p. */
@@ -1218,46 +1211,38 @@ __global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS, K =
     }
 }
 
-/* After this block's partials are written to part: the last of kv head kvh's nb blocks to finish (a ticket: which
- * block folds varies, the fold's order does not) folds every head's ns partials in order, a warp a head.  The folds
- * are chains of round trips to L2 at the end of the launch, on one block a kv head: fold_run_scan takes 2 at most
- * where fold_run took 8 for a span of 32 partials (W > 0; scratch: the block's dynamic shared memory, its buffers
- * free by then, 96 floats a warp). */
-template <int NE, int W> /* W: fold_run_scan's floats in flight a lane (0: fold_run, for kernels short of registers) */
-__device__ __forceinline__ void fold_if_last(const gp_cu_attn &a, const attn_plan &pl, const attn_desc_sm &d,
-                                             int32_t kvh, int32_t nb, int32_t ns, float *scratch) {
-    __shared__ int last;
-    /* the ticket: a release of the block's partials (the barrier orders them before it) and, for the last block, an
-     * acquire of the others' (instead of a full fence, __threadfence, then a relaxed atomicAdd) */
+/* Decode's fold of more than one split (after the split kernel; attn_decode): block (h, c) folds columns
+ * [32 c, 32 c + 32) of head h's ns partials in fold_parts_by's two levels and order, each span a warp (fold_run_scan:
+ * one round trip to L2 for a span's 32 partials), then warp 0 the spans' states from shared memory (nsp x 34
+ * floats, dynamic).  Each element's arithmetic is fold_run's, so the chunk's bits; every head's columns fold at once
+ * on their own multiprocessors (in the split kernel's last block of a kv head instead, its ticket's, they took a
+ * third of the 8B shape's attention at 8,192 held tokens: BENCHMARKS.md). */
+__global__ void __launch_bounds__(256) attn_fold_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
+    extern __shared__ float st[]; /* [nsp][34]: each span's state of columns c */
+    __shared__ attn_desc_sm d;
+    __shared__ float fac[8][96]; /* fold_run_scan's factors, a warp's */
+    desc_to_smem(a, pl, var, &d);
+    pdl_enter();
     __syncthreads();
-    if (threadIdx.x == 0) last = ticket_acq_rel(a.count + kvh) == (uint32_t)nb - 1;
-    __syncthreads();
-    if (!last) return;
-    if (threadIdx.x == 0) a.count[kvh] = 0; /* for the next call (which starts after this kernel has finished) */
-    /* fold_parts_by's two levels in two phases of one loop (one copy of the fold's code: a decode step fetches it
-     * cold): 0, the spans of every head (task j: span j / G of head j % G, so the full spans come first and the last,
-     * shorter ones share the last round) a warp each, their states to part after the call's partials ([n_heads][nsp]
-     * [hd + 2]); 1, those states, a warp a head (a chain of up to 32 partials and one of the spans instead of one of
-     * all of them: BENCHMARKS.md) */
-    const int32_t hd = a.head_dim, s0 = split_id(d, 0) / GP_CU_ATTN_SPAN, ld = hd + 2;
+    const int32_t h = blockIdx.x, c0 = 32 * blockIdx.y, hd = a.head_dim, ld = hd + 2, w = min(32, hd - c0);
+    const int32_t ns = d.np + d.pos0 / SPLIT - d.lo + 1, s0 = split_id(d, 0) / GP_CU_ATTN_SPAN;
     const int32_t nsp = split_id(d, ns - 1) / GP_CU_ATTN_SPAN - s0 + 1;
-    float *const states = a.part + (size_t)a.n_heads * ns * ld + (size_t)kvh * pl.G * nsp * ld;
-    for (int phase = 0; phase < 2; phase++) {
-        for (int32_t j = threadIdx.x >> 5; j < (phase ? pl.G : pl.G * nsp); j += blockDim.x >> 5) {
-            const int32_t h = phase ? j : j % pl.G, si = j / pl.G, sp = s0 + si;
-            const float *src = phase ? states + (size_t)h * nsp * ld : a.part + (size_t)(kvh * pl.G + h) * ns * ld;
-            const int32_t b0 = phase ? 0 : ids_below(d, ns, sp * GP_CU_ATTN_SPAN);
-            const int32_t b1 = phase ? nsp : ids_below(d, ns, (sp + 1) * GP_CU_ATTN_SPAN);
-            float M, L, O[NE];
-            fold_empty<NE>(M, L, O);
-            const auto ldp = [&](int32_t b, int32_t i) { return __ldcg(src + (size_t)b * ld + i); };
-            if constexpr (W > 0) fold_run_scan<NE, W>(b0, b1, hd, M, L, O, scratch + 96 * (threadIdx.x >> 5), ldp);
-            else fold_run<NE>(b0, b1, hd, M, L, O, ldp);
-            if (phase) finish_out<NE>(a.out + (size_t)(kvh * pl.G + h) * hd, hd, L, O, pl.bf);
-            else put_part<NE>(states + ((size_t)h * nsp + si) * ld, M != -INFINITY, M, L, O, hd);
-        }
-        __syncthreads(); /* (phase 0's states, in global memory, visible to the block) */
+    const float *src = a.part + (size_t)h * ns * ld;
+    const int warp = threadIdx.x >> 5;
+    float M, L, O[1];
+    for (int32_t si = warp; si < nsp; si += 8) {
+        const int32_t b0 = ids_below(d, ns, (s0 + si) * GP_CU_ATTN_SPAN);
+        const int32_t b1 = ids_below(d, ns, (s0 + si + 1) * GP_CU_ATTN_SPAN);
+        fold_empty<1>(M, L, O);
+        fold_run_scan<1, 32>(b0, b1, w, M, L, O, fac[warp],
+                             [&](int32_t b, int32_t i) { return __ldcg(src + (size_t)b * ld + (i < 2 ? i : c0 + i)); });
+        put_part<1>(st + 34 * si, M != -INFINITY, M, L, O, w);
     }
+    __syncthreads();
+    if (warp) return;
+    fold_empty<1>(M, L, O);
+    fold_run_scan<1, 32>(0, nsp, w, M, L, O, fac[0], [&](int32_t b, int32_t i) { return st[34 * b + i]; });
+    finish_out<1>(a.out + (size_t)h * hd + c0, w, L, O, pl.bf);
 }
 
 /* A cluster of CL blocks (the kv head's splits): block 0 folds the partials ps [G][...] every block wrote to its
@@ -1343,9 +1328,8 @@ __device__ __forceinline__ void decode_mma(const gp_cu_attn &a, const attn_plan 
 
 /* Decode: grid (blocks of a kv head, kv heads); warp w < G = query head kvh * G + w; the per-step values from var
  * when it is given (a recorded step), else from a and pl.  A single split is folded in registers.  CL = 0: each
- * block writes each of its splits' partials (m, l, acc [hd]) of every head of the group to part[(h, split)], and the
- * last block of the kv head to finish (a ticket: which block folds varies, the fold's order does not) folds them in
- * order: the same partials and fold whichever block computes a split.
+ * block writes each of its splits' partials (m, l, acc [hd]) of every head of the group to part[(h, split)], and
+ * attn_fold_kernel, launched next, folds them in order: the same partials and fold whichever block computes a split.
  * CL > 0 (attn_cluster_kernel: the kv head's splits are one thread-block cluster of CL blocks, those past the
  * call's splits seeing no key): the partials stay in shared memory and block 0 folds them through distributed
  * shared memory, with the same loads and arithmetic. */
@@ -1439,7 +1423,6 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
         __syncthreads(); /* (every warp done with the split's rows before the next is staged over them) */
         if (pre) b = 1 - b;
     }
-    fold_if_last<NE, (STAGE_BATCH > 1 ? 32 : 0)>(a, pl, d, kvh, nb, ns, smem);
 }
 
 /* PLAIN: head_dim = 32 NE, no soft-capping, and the float32 mode (or, MMA, the bf16 mode's tensor-core path),
@@ -1544,7 +1527,6 @@ __device__ __forceinline__ void split_decode16(const gp_cu_attn &a, const attn_p
         if (pl.dbuf) b = 1 - b;
         else stage16_async(a, &d, split_id(d, idx), kvh, kb_of(0), vb_of(0), held);
     }
-    fold_if_last<NE, 64>(a, pl, d, kvh, nb, ns, smem);
 }
 
 /* Decode over bfloat16 cache rows on tensor cores (split_decode16): blocks that may take several splits, and
@@ -1676,8 +1658,8 @@ extern "C" size_t gp_cu_attn_part_floats(const gp_cu_attn *a) {
     const attn_plan m = plan_of(a, 0);
     if (a->n > 1) /* a chunk: each span's state of every (query, head) when there are several, else none */
         return m.nspan > 1 ? (size_t)a->n * a->n_heads * (size_t)m.nspan * (size_t)(a->head_dim + 2) : 0;
-    /* decode: each split's partial of every head, then each span's state (fold_if_last) */
-    return (size_t)a->n_heads * (size_t)(m.np + m.hi - m.lo + 1 + span_count(m)) * (size_t)(a->head_dim + 2);
+    /* decode: each split's partial of every head (attn_fold_kernel folds them) */
+    return (size_t)a->n_heads * (size_t)(m.np + m.hi - m.lo + 1) * (size_t)(a->head_dim + 2);
 }
 
 /* Largest dynamic shared memory the attention kernels take: staged split tiles of head_dim 256, CHUNK_Q query
@@ -1771,6 +1753,9 @@ extern "C" int gp_cu_attn_prepare(void) {
                                  : (const void *)split_kernels[m / 3][m % 3];
         if (k) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATTN_SMEM_MAX);
     }
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute((const void *)attn_fold_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)ATTN_SMEM_MAX);
     for (int i = 0; i < 8 && e == cudaSuccess; i++) { /* split_decode16's: 2 split kernels, then 2 x 3 clusters' */
         const void *k = i < 2 ? (const void *)split16_kernels[i]
                               : (const void *)cluster16_kernels[(i - 2) / 3][(i - 2) % 3];
@@ -1819,7 +1804,8 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     const int32_t ns = pl.np + pl.hi - pl.lo + 1, hd = a->head_dim;
     const size_t sh = tiles + (size_t)(pl.G + (a->rk ? 1 : 0)) * hd * sizeof(float);
     if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
-    if (!a->count || a->n_kv > GP_CU_ATTN_MAX_KV) return (int)cudaErrorInvalidValue;
+    const size_t fsh = (size_t)span_count(pl) * 34 * sizeof(float); /* attn_fold_kernel's spans' states */
+    if (a->n_kv > GP_CU_ATTN_MAX_KV || fsh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
     const int mma = attn_mma(a, &pl), ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
     static const int plain_on = env_int("GP_CU_ATTN_PLAIN", 1);
     const int plain = plain_on && (mma || (!pl.bf && a->softcap <= 0)) && hd == 64 << ne; /* plain_case */
@@ -1853,6 +1839,9 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
         const attn_kernel k = b16 ? split16_kernels[ne]
                                   : split_kernels[mma ? 2 + 2 * plain : pl.G > 8 ? 1 : plain ? 3 : 0][ne];
         launch(k, grid, blk, pc.dbuf ? s1 + buf : s1, d, c, pc, var);
+        if (ns > 1) /* (one split: folded in the split kernel's registers) */
+            launch(attn_fold_kernel, dim3((unsigned)a->n_heads, (unsigned)(hd + 31) / 32), dim3(256), fsh, d, c, pc,
+                   var);
     }
     return (int)cudaGetLastError();
 }

@@ -41,7 +41,6 @@ typedef struct cu_ws {
     gp_cu *d;          /* this workspace's stream (and bf16 mode) */
     float *part;       /* attention split scratch [part_cap] */
     size_t part_cap;
-    uint32_t *count;   /* [GP_CU_ATTN_MAX_KV] decode attention's split tickets (zeros between calls) */
     float *lora;       /* x A^T of one LoRA term [max_tokens * max_lora_rank] */
     int32_t *ids;      /* [max_tokens] token ids on the device */
     int32_t *ids_host; /* [max_tokens] pinned: their copy source (a chunk), or read by the kernel (one token) */
@@ -161,7 +160,6 @@ static void cu_ws_free(gp_ws *ws) {
     cu_ws *w = ws_of(ws);
     if (w) {
         gp_cu_release(w->d, w->part);
-        gp_cu_release(w->d, w->count);
         gp_cu_release(w->d, w->lora);
         gp_cu_release(w->d, w->ids);
         gp_cu_host_free(w->ids_host);
@@ -212,9 +210,6 @@ static gp_status cu_ws_init(gp_backend *be, const gp_ws_params *p, gp_ws **out) 
     const size_t lora = (size_t)p->max_tokens * (size_t)p->max_lora_rank;
     e = gp_cu_alloc(w->d, (void **)&w->part, w->part_cap * sizeof(float));
     if (!e) e = gp_cu_alloc(w->d, (void **)&w->lora, (lora ? lora : 1) * sizeof(float));
-    static const uint32_t zeros[GP_CU_ATTN_MAX_KV];
-    if (!e) e = gp_cu_alloc(w->d, (void **)&w->count, sizeof zeros);
-    if (!e) e = gp_cu_h2d(w->d, w->count, zeros, sizeof zeros);
     const size_t idb = (size_t)(p->max_tokens > 0 ? p->max_tokens : 1) * sizeof(int32_t);
     if (!e) e = gp_cu_alloc(w->d, (void **)&w->ids, idb);
     if (!e) e = gp_cu_host_alloc((void **)&w->ids_host, idb);
@@ -448,7 +443,7 @@ static void cu_attention(gp_ws *ws, const gp_attn_args *a) {
     gp_cu_attn c;
     memset(&c, 0, sizeof c); /* padding too: a recorded step compares the kernels' argument bytes */
     c.window = kv->window, c.pinned = kv->pinned, c.n_seg = kv->n_seg, c.n_heads = a->n_heads, c.n_kv = a->n_kv;
-    c.head_dim = a->head_dim, c.scale = a->scale, c.softcap = a->softcap, c.part = w->part, c.count = w->count;
+    c.head_dim = a->head_dim, c.scale = a->scale, c.softcap = a->softcap, c.part = w->part;
     if (a->rope) attn_rope(ws, a, &c);
     for (int i = 0; i < 2; i++) c.k[i] = kvr(&kv->k[i]), c.v[i] = kvr(&kv->v[i]);
     for (int32_t s = 0; s < kv->n_seg && s < GP_CU_KV_MAX_SEGS; s++)

@@ -244,7 +244,6 @@ typedef struct gp_cu_attn {
     int32_t pos0, n, n_heads, n_kv, head_dim;
     float scale, softcap;
     float *part;                 /* scratch, gp_cu_attn_part_floats(...) floats */
-    uint32_t *count;             /* [GP_CU_ATTN_MAX_KV] zeros: decode's split tickets (each call leaves them 0) */
     /* decode with the rope inside (rk != NULL, n == 1): q and the keys rk [n_kv, head_dim] are rotated at pos0 after
      * the per-head norms qn, kn (data NULL: none), and the rotated keys and the values rv go to row r0 of kf, vf
      * (the cache rows the descriptor reads for pos0; kb: bfloat16 rows): gp_cu_rope_qk's bits */
@@ -254,7 +253,7 @@ typedef struct gp_cu_attn {
     float eps;
     int32_t plus_one, r0, kb;
 } gp_cu_attn;
-GP_CU_NO_PADDING(gp_cu_attn, 2 * 8 + 4 * sizeof(gp_cu_kv_rows) + GP_CU_KV_MAX_SEGS * 16 + 8 * 4 + 2 * 4 + 7 * 8 +
+GP_CU_NO_PADDING(gp_cu_attn, 2 * 8 + 4 * sizeof(gp_cu_kv_rows) + GP_CU_KV_MAX_SEGS * 16 + 8 * 4 + 2 * 4 + 6 * 8 +
                                  2 * sizeof(gp_cu_wt) + 4 * 4);
 #define GP_CU_ATTN_MAX_KV 1024
 /* Floats of gp_cu_attn.part one call needs. */
