@@ -1811,8 +1811,11 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     const int plain = plain_on && (mma || (!pl.bf && a->softcap <= 0)) && hd == 64 << ne; /* plain_case */
     const int b16 = mma && plain && rows16(a); /* bfloat16 rows staged as they are: split_decode16 */
     const size_t sh16 = tile16(hd) + (size_t)(pl.G + (a->rk ? 1 : 0)) * hd * sizeof(float);
-    /* past ATTN_BLOCKS_PER_SM blocks a multiprocessor, the kv heads' blocks take several splits each (split_decode) */
-    static const int loop = env_int("GP_CU_ATTN_LOOP", ATTN_BLOCKS_PER_SM); /* (0: a block a split) */
+    /* past ATTN_BLOCKS_PER_SM blocks a multiprocessor, the kv heads' blocks take several splits each (split_decode);
+     * split_decode16 over heads of 64 past 3 (75 registers and two 23 KB buffers a block: Llama-3.2-1B at 8,192 held
+     * tokens 4% faster on an H200; heads of 128 were slower so, with one buffer a block: BENCHMARKS.md) */
+    static const int loop_env = env_int("GP_CU_ATTN_LOOP", -1); /* (0: a block a split) */
+    const int loop = loop_env >= 0 ? loop_env : b16 && ne == 0 ? 3 : ATTN_BLOCKS_PER_SM;
     /* tests: a kv head's blocks when it loops, and no clusters (2 to 8 splits take the looping path too) */
     static const int forced = env_int("GP_CU_ATTN_LOOP_BLOCKS", 0);
     static const int64_t sms = gp_cu_sm_count();
@@ -1831,11 +1834,12 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
                     sh, d, c, pc, var);
     } else {
         /* blocks that take several splits stage the next one while they compute (split_decode's pre: float32 rows;
-         * split_decode16) where a second buffer keeps two blocks a multiprocessor (228 KB, 9 KB a block for its
+         * split_decode16) where a second buffer keeps loop blocks a multiprocessor (228 KB, 9 KB a block for its
          * static arrays and the runtime) */
         static const int dbuf_on = env_int("GP_CU_ATTN_DBUF", 1); /* (0: each split staged in turn) */
         const size_t s1 = b16 ? sh16 : sh, buf = b16 ? tile16(hd) : tiles;
-        pc.dbuf = dbuf_on && nb < ns && 2 * (s1 + buf + 9216) <= 233472 && (b16 || a->k[0].bits != 16);
+        pc.dbuf = dbuf_on && nb < ns && (loop > 2 ? loop : 2) * (s1 + buf + 9216) <= 233472 &&
+                  (b16 || a->k[0].bits != 16);
         const attn_kernel k = b16 ? split16_kernels[ne]
                                   : split_kernels[mma ? 2 + 2 * plain : pl.G > 8 ? 1 : plain ? 3 : 0][ne];
         launch(k, grid, blk, pc.dbuf ? s1 + buf : s1, d, c, pc, var);
