@@ -442,6 +442,8 @@ __device__ __forceinline__ void finish_out(float *out, int hd, float L, const fl
 __device__ __forceinline__ int32_t split_id(const attn_desc_sm &d, int32_t b) {
     return b < d.np ? b : d.lo + (b - d.np);
 }
+/* A decode call's splits (compact indices 0 .. ns - 1): the pinned ones, then lo to the split holding pos0. */
+__device__ __forceinline__ int32_t decode_splits(const attn_desc_sm &d) { return d.np + d.pos0 / SPLIT - d.lo + 1; }
 
 /* Folds partials [b0, b1) of one (query, head) in order into (M, L, O) (this lane's elements lane + 32 k, a warp):
  * ld(b, i) is float i of partial b (m, l, acc [hd], hd <= 32 NE), FOLD_BATCH partials' loads in flight together;
@@ -1213,35 +1215,37 @@ __global__ void __launch_bounds__(K == 1 ? 32 * MMA1_WARPS : 32 * MMA_WARPS, K =
 
 /* Decode's fold of more than one split (after the split kernel; attn_decode): block (h, c) folds columns
  * [32 c, 32 c + 32) of head h's ns partials in fold_parts_by's two levels and order, each span a warp (fold_run_scan:
- * one round trip to L2 for a span's 32 partials), then warp 0 the spans' states from shared memory (nsp x 34
- * floats, dynamic).  Each element's arithmetic is fold_run's, so the chunk's bits; every head's columns fold at once
- * on their own multiprocessors (in the split kernel's last block of a kv head instead, its ticket's, they took a
- * third of the 8B shape's attention at 8,192 held tokens: BENCHMARKS.md). */
-__global__ void __launch_bounds__(256) attn_fold_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
-    extern __shared__ float st[]; /* [nsp][34]: each span's state of columns c */
+ * one round trip to L2 for a span's 32 partials), then warp 0 the spans' states from shared memory (nsp rows of
+ * FOLD_ROW floats, dynamic).  Each element's arithmetic is fold_run's, so the chunk's bits; every head's columns
+ * fold at once on their own multiprocessors (in the split kernel's last block of a kv head instead, its ticket's,
+ * they took a third of the 8B shape's attention at 8,192 held tokens: BENCHMARKS.md). */
+#define FOLD_WARPS 8
+#define FOLD_ROW 34 /* a span's state in attn_fold_kernel's shared memory: m, l, its 32 columns */
+__global__ void __launch_bounds__(32 * FOLD_WARPS) attn_fold_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
+    extern __shared__ float st[]; /* [nsp][FOLD_ROW]: each span's state of columns c */
     __shared__ attn_desc_sm d;
-    __shared__ float fac[8][96]; /* fold_run_scan's factors, a warp's */
+    __shared__ float fac[FOLD_WARPS][96]; /* fold_run_scan's factors, a warp's */
     desc_to_smem(a, pl, var, &d);
     pdl_enter();
     __syncthreads();
     const int32_t h = blockIdx.x, c0 = 32 * blockIdx.y, hd = a.head_dim, ld = hd + 2, w = min(32, hd - c0);
-    const int32_t ns = d.np + d.pos0 / SPLIT - d.lo + 1, s0 = split_id(d, 0) / GP_CU_ATTN_SPAN;
+    const int32_t ns = decode_splits(d), s0 = split_id(d, 0) / GP_CU_ATTN_SPAN;
     const int32_t nsp = split_id(d, ns - 1) / GP_CU_ATTN_SPAN - s0 + 1;
     const float *src = a.part + (size_t)h * ns * ld;
     const int warp = threadIdx.x >> 5;
     float M, L, O[1];
-    for (int32_t si = warp; si < nsp; si += 8) {
+    for (int32_t si = warp; si < nsp; si += FOLD_WARPS) {
         const int32_t b0 = ids_below(d, ns, (s0 + si) * GP_CU_ATTN_SPAN);
         const int32_t b1 = ids_below(d, ns, (s0 + si + 1) * GP_CU_ATTN_SPAN);
         fold_empty<1>(M, L, O);
         fold_run_scan<1, 32>(b0, b1, w, M, L, O, fac[warp],
                              [&](int32_t b, int32_t i) { return __ldcg(src + (size_t)b * ld + (i < 2 ? i : c0 + i)); });
-        put_part<1>(st + 34 * si, M != -INFINITY, M, L, O, w);
+        put_part<1>(st + FOLD_ROW * si, M != -INFINITY, M, L, O, w);
     }
     __syncthreads();
     if (warp) return;
     fold_empty<1>(M, L, O);
-    fold_run_scan<1, 32>(0, nsp, w, M, L, O, fac[0], [&](int32_t b, int32_t i) { return st[34 * b + i]; });
+    fold_run_scan<1, 32>(0, nsp, w, M, L, O, fac[0], [&](int32_t b, int32_t i) { return st[FOLD_ROW * b + i]; });
     finish_out<1>(a.out + (size_t)h * hd + c0, w, L, O, pl.bf);
 }
 
@@ -1357,7 +1361,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
      * ns - 1 - b, ns - 1 - b - nb, ... in turn (nb < ns: attn_decode's choice; the split holding p first, so the
      * block whose first split holds it stores the new key).  Else block b takes split b (a cluster's: of CL; the
      * other kernels keep their registers and block order: BENCHMARKS.md). */
-    const int32_t p = d.pos0, ns = LOOP ? d.np + p / SPLIT - d.lo + 1 : nb;
+    const int32_t p = d.pos0, ns = LOOP ? decode_splits(d) : nb;
     const int32_t first = LOOP ? ns - 1 - (int32_t)blockIdx.x : (int32_t)blockIdx.x;
     /* the rope inside (a.rk): its angles and the first split's held rows, which are earlier steps', before the wait
      * for the kernel that writes q, k, v; then every block rotates its heads' queries, the block of the split
@@ -1500,7 +1504,7 @@ __device__ __forceinline__ void split_decode16(const gp_cu_attn &a, const attn_p
     const gp_cu_wt qn = norm_in(a.qn, nw[0], a.rk ? hd : 0), kn = norm_in(a.kn, nw[1], a.rk ? hd : 0);
     __syncthreads();
     /* split_decode's order: block b takes splits ns - 1 - b, ns - 1 - b - nb, ... (the first holds p) */
-    const int32_t p = d.pos0, ns = CL == 0 ? d.np + p / SPLIT - d.lo + 1 : nb;
+    const int32_t p = d.pos0, ns = CL == 0 ? decode_splits(d) : nb;
     const int32_t first = CL == 0 ? ns - 1 - (int32_t)blockIdx.x : (int32_t)blockIdx.x;
     const bool early = a.rk != NULL;
     if (early) rope_angles(cs, hd / 2, (float)p, a.inv_freq, pl.bf);
@@ -1804,7 +1808,7 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     const int32_t ns = pl.np + pl.hi - pl.lo + 1, hd = a->head_dim;
     const size_t sh = tiles + (size_t)(pl.G + (a->rk ? 1 : 0)) * hd * sizeof(float);
     if (sh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
-    const size_t fsh = (size_t)span_count(pl) * 34 * sizeof(float); /* attn_fold_kernel's spans' states */
+    const size_t fsh = (size_t)span_count(pl) * FOLD_ROW * sizeof(float); /* attn_fold_kernel's spans' states */
     if (a->n_kv > GP_CU_ATTN_MAX_KV || fsh > ATTN_SMEM_MAX) return (int)cudaErrorInvalidValue;
     const int mma = attn_mma(a, &pl), ne = hd <= 64 ? 0 : hd <= 128 ? 1 : 2;
     static const int plain_on = env_int("GP_CU_ATTN_PLAIN", 1);
@@ -1844,8 +1848,8 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
                                   : split_kernels[mma ? 2 + 2 * plain : pl.G > 8 ? 1 : plain ? 3 : 0][ne];
         launch(k, grid, blk, pc.dbuf ? s1 + buf : s1, d, c, pc, var);
         if (ns > 1) /* (one split: folded in the split kernel's registers) */
-            launch(attn_fold_kernel, dim3((unsigned)a->n_heads, (unsigned)(hd + 31) / 32), dim3(256), fsh, d, c, pc,
-                   var);
+            launch(attn_fold_kernel, dim3((unsigned)a->n_heads, (unsigned)(hd + 31) / 32), dim3(32 * FOLD_WARPS), fsh,
+                   d, c, pc, var);
     }
     return (int)cudaGetLastError();
 }
