@@ -37,6 +37,9 @@
 /* decode's split kernels of 8 warps: blocks a multiprocessor holds (up to 128 registers a thread and about 80 KB of
  * shared memory a block), and the blocks of a call past which each block takes several splits (attn_decode) */
 #define ATTN_BLOCKS_PER_SM 2
+/* ... and split_decode16's: 3 over heads of 64 (held to 80 registers, two 23 KB buffers a block; Llama-3.2-1B at 8,192
+ * held tokens 4% faster on an H200), else 2 (heads of 128 were slower with 3, one buffer a block: BENCHMARKS.md) */
+#define SPLIT16_BLOCKS_PER_SM(NE) ((NE) == 2 ? 3 : ATTN_BLOCKS_PER_SM)
 /* whether a decode split kernel takes several splits a block: the float32 paths of 8 warps and the plain tensor-core
  * path over heads of 64 (Llama-3.2-1B at 8,192 held tokens 3.6-6.8% faster on the H100); not that path over heads of
  * 128 (with the loop it took 180 registers, a fifth slower at 2,048; held to 128 it spilled and was level to 8%
@@ -154,6 +157,45 @@ __device__ __forceinline__ int seg_of(const attn_desc_sm *d, int32_t j) {
     for (int k = 0; k < d->n_seg; k++)
         if (j >= d->seg[k].p0 && j < d->seg[k].p1) sg = k;
     return sg;
+}
+
+/* The descriptor run that holds every row of the split from position j0 (for each of them the run seg_of finds), or
+ * -1 when none does (a split in part held, or across runs). */
+__device__ __forceinline__ int split_seg(const attn_desc_sm *d, int32_t j0) {
+    int sg = -1;
+    for (int k = 0; k < d->n_seg; k++) {
+        const int32_t p0 = d->seg[k].p0, p1 = d->seg[k].p1;
+        if (p0 <= j0 && j0 + SPLIT <= p1) sg = k;
+        else if (p0 < j0 + SPLIT && j0 < p1) return -1;
+    }
+    return sg;
+}
+
+/* The rows of split j0 for the kv head at element off by cp.async into ks, vs (rows ldk, ldv elements apart; 16-byte
+ * pieces of ES-byte elements) when one run holds them all (split_seg) and the block's threads tile a row: each
+ * thread copies piece f of rows i, i + dr, ..., its addresses the last ones plus a stride, with no lookup a row (a
+ * third of split_decode16's instructions at 8,192 held tokens: BENCHMARKS.md).  Returns whether it did (no group
+ * committed). */
+template <int ES, typename T>
+__device__ __forceinline__ bool stage_run_async(const attn_desc_sm *d, int32_t j0, int32_t off, int32_t hd, T *ks,
+                                                int32_t ldk, T *vs, int32_t ldv, uint8_t *held) {
+    constexpr int EV = 16 / ES; /* elements a piece */
+    const int32_t nv = hd / EV, n = blockDim.x, sg = split_seg(d, j0);
+    if (sg < 0 || n % nv != 0) return false;
+    const gp_cu_kv_seg S = d->seg[sg];
+    const gp_cu_kv_rows &K = d->rows[S.src], &V = d->rows[2 + S.src];
+    const int32_t dr = n / nv, f = threadIdx.x % nv;
+    int32_t i = threadIdx.x / nv;
+    const int64_t r = S.r0 + (j0 + i - S.p0);
+    const uint8_t *kp = (ES == 2 ? K.q : (const uint8_t *)K.f) + (size_t)ES * (r * K.kvd + off + EV * f);
+    const uint8_t *vp = (ES == 2 ? V.q : (const uint8_t *)V.f) + (size_t)ES * (r * V.kvd + off + EV * f);
+    const size_t kst = (size_t)ES * dr * K.kvd, vst = (size_t)ES * dr * V.kvd;
+    for (; i < SPLIT; i += dr, kp += kst, vp += vst) {
+        if (f == 0) held[i] = 1;
+        cp16(ks + i * ldk + EV * f, kp, true);
+        cp16(vs + i * ldv + EV * f, vp, true);
+    }
+    return true;
 }
 
 /* A chunk tile's splits (queries t0 .. t0 + qt - 1): the pinned ones [0, npin), then [lo, hi] from its first query's
@@ -1007,9 +1049,14 @@ __device__ __forceinline__ void span_out_frag(const gp_cu_attn &a, const attn_pl
  * the positions not held, held[i] marks the others): the tensor-core chunk's staging and a looping decode block's
  * next split, their rows all float32 (inlined there; stage_async is the chunk kernels' call, which stages bfloat16
  * rows by stage_split instead). */
+template <bool RUN = false> /* RUN: stage_run_async first (decode's; the chunk kernels spilled more with it) */
 __device__ __forceinline__ void stage_async_in(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh,
                                                int32_t ld, float *ks, float *vs, uint8_t *held) {
     const int32_t j0 = s * SPLIT, off = kvh * a.head_dim;
+    if (RUN && stage_run_async<4>(d, j0, off, a.head_dim, ks, ld, vs, ld, held)) {
+        cp_commit();
+        return;
+    }
     for (row_walk w(a.head_dim / 4); w.i < SPLIT; w.step()) {
         const int i = w.i, f = w.f;
         const int32_t j = j0 + i;
@@ -1393,7 +1440,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
         }
         __syncthreads();
         if (pre && idx - nb >= 0) /* the next split into the other buffer (its last reads were before the barrier) */
-            stage_async_in(a, &d, split_id(d, idx - nb), kvh, pl.ld, ks + (1 - b) * o2, vs + (1 - b) * o2,
+            stage_async_in<true>(a, &d, split_id(d, idx - nb), kvh, pl.ld, ks + (1 - b) * o2, vs + (1 - b) * o2,
                            held + (1 - b) * SPLIT);
         attn_stamp(5);
         if constexpr (MMA) {
@@ -1465,6 +1512,10 @@ __host__ __device__ constexpr size_t tile16(int32_t hd) { return (size_t)SPLIT *
 __device__ __forceinline__ void stage16_async(const gp_cu_attn &a, const attn_desc_sm *d, int32_t s, int32_t kvh,
                                               uint16_t *ks, uint16_t *vs, uint8_t *held) {
     const int32_t hd = a.head_dim, j0 = s * SPLIT, off = kvh * hd;
+    if (stage_run_async<2>(d, j0, off, hd, ks, hd + K16_PAD, vs, hd + V16_PAD, held)) {
+        cp_commit();
+        return;
+    }
     for (row_walk w(hd / 8); w.i < SPLIT; w.step()) {
         const int i = w.i, f = w.f;
         const int32_t j = j0 + i;
@@ -1536,7 +1587,7 @@ __device__ __forceinline__ void split_decode16(const gp_cu_attn &a, const attn_p
 /* Decode over bfloat16 cache rows on tensor cores (split_decode16): blocks that may take several splits, and
  * clusters of CL blocks for 2 to 8 splits. */
 template <int NE>
-__global__ void __launch_bounds__(256, ATTN_BLOCKS_PER_SM) attn_split16_kernel(gp_cu_attn a, attn_plan pl,
+__global__ void __launch_bounds__(256, SPLIT16_BLOCKS_PER_SM(NE)) attn_split16_kernel(gp_cu_attn a, attn_plan pl,
                                                                                const attn_var *var) {
     plain_case<NE, true, true>(a, pl);
     split_decode16<NE, 0>(a, pl, var);
@@ -1815,11 +1866,10 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     const int plain = plain_on && (mma || (!pl.bf && a->softcap <= 0)) && hd == 64 << ne; /* plain_case */
     const int b16 = mma && plain && rows16(a); /* bfloat16 rows staged as they are: split_decode16 */
     const size_t sh16 = tile16(hd) + (size_t)(pl.G + (a->rk ? 1 : 0)) * hd * sizeof(float);
-    /* past ATTN_BLOCKS_PER_SM blocks a multiprocessor, the kv heads' blocks take several splits each (split_decode);
-     * split_decode16 over heads of 64 past 3 (75 registers and two 23 KB buffers a block: Llama-3.2-1B at 8,192 held
-     * tokens 4% faster on an H200; heads of 128 were slower so, with one buffer a block: BENCHMARKS.md) */
+    /* past ATTN_BLOCKS_PER_SM blocks a multiprocessor (split_decode16: SPLIT16_BLOCKS_PER_SM), the kv heads' blocks
+     * take several splits each */
     static const int loop_env = env_int("GP_CU_ATTN_LOOP", -1); /* (0: a block a split) */
-    const int loop = loop_env >= 0 ? loop_env : b16 && ne == 0 ? 3 : ATTN_BLOCKS_PER_SM;
+    const int loop = loop_env >= 0 ? loop_env : b16 ? SPLIT16_BLOCKS_PER_SM(2 << ne) : ATTN_BLOCKS_PER_SM;
     /* tests: a kv head's blocks when it loops, and no clusters (2 to 8 splits take the looping path too) */
     static const int forced = env_int("GP_CU_ATTN_LOOP_BLOCKS", 0);
     static const int64_t sms = gp_cu_sm_count();
