@@ -1441,7 +1441,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
         __syncthreads();
         if (pre && idx - nb >= 0) /* the next split into the other buffer (its last reads were before the barrier) */
             stage_async_in<true>(a, &d, split_id(d, idx - nb), kvh, pl.ld, ks + (1 - b) * o2, vs + (1 - b) * o2,
-                           held + (1 - b) * SPLIT);
+                                 held + (1 - b) * SPLIT);
         attn_stamp(5);
         if constexpr (MMA) {
             decode_mma<NE, CL>(a, pl, &d, qsm, frags_f32{kb, vb, pl.ld, hd}, hb, j0, p, kvh, ns, idx);
@@ -1587,8 +1587,8 @@ __device__ __forceinline__ void split_decode16(const gp_cu_attn &a, const attn_p
 /* Decode over bfloat16 cache rows on tensor cores (split_decode16): blocks that may take several splits, and
  * clusters of CL blocks for 2 to 8 splits. */
 template <int NE>
-__global__ void __launch_bounds__(256, SPLIT16_BLOCKS_PER_SM(NE)) attn_split16_kernel(gp_cu_attn a, attn_plan pl,
-                                                                               const attn_var *var) {
+__global__ void __launch_bounds__(256, SPLIT16_BLOCKS_PER_SM(NE))
+    attn_split16_kernel(gp_cu_attn a, attn_plan pl, const attn_var *var) {
     plain_case<NE, true, true>(a, pl);
     split_decode16<NE, 0>(a, pl, var);
 }
