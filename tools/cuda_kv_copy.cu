@@ -26,7 +26,8 @@ __device__ __forceinline__ void cp16(void *s, const void *g) {
 __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ __forceinline__ void wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-/* Split s of kv head h into ks, vs (split_decode16's padded rows), one cp.async group. */
+/* Split s of kv head h into ks, vs, one cp.async group: padded rows, keys hd + 32 as split_decode16's, values hd + 16
+ * (split_decode16's are hd + 8: 272 bytes apart, not 288). */
 template <int LAY>
 __device__ __forceinline__ void stage(const uint16_t *K, const uint16_t *V, int s, int h, uint16_t *ks, uint16_t *vs) {
     for (int t = threadIdx.x; t < SPLIT * HD / 8; t += blockDim.x) {
