@@ -14,7 +14,8 @@
 #   make cuda       the same library, CLI and tests with the CUDA backend (nvcc, sm_90a: Hopper) in build-cuda/
 #   make test-cuda  build-cuda's CUDA tests: on a GPU machine parity, determinism and the op harness (again with the
 #                   bf16 GEMM's chains forced into 1, 2 and 4 groups, its whole-GEMM wgmma path forced off and on,
-#                   and on with cp.async copies instead of TMA, the bf16 attention's row tiles on 2 and 4 warps),
+#                   and on with cp.async copies instead of TMA, the bf16 attention's row tiles on 2 and 4 warps,
+#                   the one-token projections' looping blocks capped at 3),
 #                   then the cache, steering, LoRA, batch, KV-quantization and generation suites again on the GPU
 #                   (GENPARITY_TEST_DEVICE=cuda); without a GPU or driver they check that selecting CUDA is a clear
 #                   error
@@ -103,11 +104,14 @@ test-cuda: cuda
 	    GP_CU_ATTN_PRE=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GP_CU_ATTN_PER=2 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GP_CU_WG_FULL=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
+	    GP_CU_DEC_LOOP_CAP=3 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests $(CUDA_SUITES); \
 	    GP_CU_ATTN_LOOP_BLOCKS=1 GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity \
 	        ./build-cuda/run_tests generate_parity bf16_mode invariance cuda_decode_graph; \
 	    GP_CU_ATTN_PRE=0 GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity \
 	        ./build-cuda/run_tests bf16_mode invariance cuda_decode_graph; \
+	    GP_CU_DEC_LOOP_CAP=3 GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity \
+	        ./build-cuda/run_tests generate_parity bf16_mode invariance cuda_decode_graph batch; \
 	else echo "test-cuda: no usable CUDA device: the suites' GPU pass is skipped"; fi
 
 $(BUILD)/libgenparity.a: $(LIB_OBJ)

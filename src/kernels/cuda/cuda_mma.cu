@@ -12,7 +12,8 @@
  *     ((c0 + c1) + c2) + c3;
  *   - then mm_val's bias and rounding and mm_store's residual add (cuda_launch.cuh), as the other kernels.
  * An output's bits depend on its row, its token and the shape alone: the decode kernels (n <= 16: one M tile, zero
- * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch) and the
+ * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch; one
+ * token's 1,024-wide rows in more groups than fit at once, the lm_head's, on looping blocks) and the
  * prefill kernels (64 or 32 x 128 tiles through shared memory, chain after chain: mma_gemm_kernel's cp.async pipeline
  * for bf16 weights, mma_prefill_kernel's register staging for f16/f32 ones, which it rounds as it reads; on Hopper's
  * wgmma, wg_gemm_kernel: the GLUs and the large grids whole, and where the tiles are too few to fill the GPU in blocks
@@ -177,13 +178,15 @@ struct mma_parts {
 /* chain `chain` of 8 weight rows from wr0 (rows >= rows read the last row; never stored): acc (tokens g, g + 8 x
  * rows 2c, 2c + 1) over the chain's chunks (chain_chunk) in order.  The weights stream through two register
  * buffers of UNR chunks, the next one's loads in flight while the current one is multiplied (as dot1's), both loaded
- * before pdl_enter() (they stream while the previous kernel, which writes the input, finishes); then every thread
- * calls prep(), which may synchronize the block and returns the input x (read as XIN says).  (Measured:
- * mma_decode_kernel UNR = DEC_UNR, or DEC_DEEP as decode_depth chooses; the GLU kernel's 8-warp blocks GLU_UNR = 2:
- * one buffer of 4 or 8, or two of 3 or 4, were slower on Llama-3.2-1B: BENCHMARKS.md.) */
+ * before pdl_enter() (they stream while the previous kernel, which writes the input, finishes; wait = false: a
+ * looping block's later chains, past its wait already); then every thread calls prep(), which may synchronize the
+ * block and returns the input x (read as XIN says).  (Measured: mma_decode_kernel UNR = DEC_UNR, or DEC_DEEP as
+ * decode_depth chooses; the GLU kernel's 8-warp blocks GLU_UNR = 2: one buffer of 4 or 8, or two of 3 or 4, were
+ * slower on Llama-3.2-1B: BENCHMARKS.md.) */
 template <int DT, int XIN, int UNR, typename Prep>
 __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict__ W, int64_t wr, int64_t cols,
-                                             int32_t n, int chain, int g, int c, Prep prep, bool early = false) {
+                                             int32_t n, int chain, int g, int c, Prep prep, bool early = false,
+                                             bool wait = true) {
     static_assert(UNR % 2 == 0, "a buffer holds whole pairs");
     const int64_t nch = (cols + 31) / 32, step = UNR;
     auto has = [&](int64_t k) { return chain_chunk(chain, k) < nch; }; /* the chain's k-th chunk exists */
@@ -209,7 +212,7 @@ __device__ __forceinline__ void decode_chain(float *acc, const void *__restrict_
     };
     load_w(wa, 0);
     if (has(step)) load_w(wb, step);
-    pdl_enter(early);
+    if (wait) pdl_enter(early);
     x = prep();
     for (int64_t k0 = 0; has(k0); k0 += 2 * step) {
         mul(wa, k0);
@@ -237,6 +240,33 @@ __device__ __forceinline__ int sum_chains(float *acc, float (*part)[32][4], int 
     return 1;
 }
 
+/* The part that holds group row r0 of the parts (r0 made relative to it), chosen with constant indices (a parameter
+ * array indexed at run time would be copied to local memory). */
+struct dec_part {
+    const void *W, *B;
+    float *Y;
+    int64_t rows;
+    int bdt;
+};
+__device__ __forceinline__ dec_part part_at(const mma_parts &p, int64_t &r0) {
+    dec_part q = {p.W[0], p.B[0], p.Y[0], p.rows[0], p.bdt[0]};
+#pragma unroll
+    for (int k = 1; k < 3; k++)
+        if (k < p.m && r0 >= q.rows) r0 -= q.rows, q = {p.W[k], p.B[k], p.Y[k], p.rows[k], p.bdt[k]};
+    return q;
+}
+
+/* One token's outputs of a group (warp 0's summed acc): lane l < 8 stores row r0 + l (lane l / 2's acc[l & 1]), one
+ * 32-byte write, also to pinned memory. */
+__device__ __forceinline__ void store_token(const float *acc, int lane, int64_t r0, const dec_part &q, int mode,
+                                            float alpha) {
+    const float v0 = __shfl_sync(0xffffffffu, acc[0], lane >> 1), v1 = __shfl_sync(0xffffffffu, acc[1], lane >> 1);
+    const int64_t r = r0 + lane;
+    if (lane < 8 && r < q.rows)
+        mm_store(q.Y + r, mm_val(lane & 1 ? v1 : v0, q.B != NULL, q.B ? wt_at(q.B, q.bdt, r) : 0.0f, mode, alpha),
+                 mode);
+}
+
 /* Decode (n <= 16 tokens): a block of CHAINS warps per 8 weight rows of the parts, warp w running chain w; lane (g, c)
  * loads 16 bytes of weight row g per chunk (UNR chunks a buffer) and multiplies the token tile (zero rows beyond n).
  * STAGE (one token): the block first copies x into dynamic shared memory as bf16 (stage_x; 2 cols bytes).  NORM (one
@@ -253,15 +283,11 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % CHAINS, g = lane >> 2, c = lane & 3;
     const int grp = NORM ? (threadIdx.x >> 5) / CHAINS : 0;
     int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x / (32 * CHAINS)) + grp) * 8;
-    /* the part of this group, chosen with constant indices (a parameter array indexed at run time would be copied
-     * to local memory) */
-    const void *W = p.W[0], *B = p.B[0];
-    float *Y = p.Y[0];
-    int64_t rows = p.rows[0];
-    int bdt = p.bdt[0];
-#pragma unroll
-    for (int k = 1; k < 3; k++)
-        if (k < p.m && r0 >= rows) r0 -= rows, W = p.W[k], B = p.B[k], Y = p.Y[k], rows = p.rows[k], bdt = p.bdt[k];
+    const dec_part q = part_at(p, r0); /* (this group's) */
+    const void *W = q.W, *B = q.B;
+    float *Y = q.Y;
+    const int64_t rows = q.rows;
+    const int bdt = q.bdt;
     if (!NORM && r0 >= rows) { /* the whole block: past the last part */
         pdl_enter((mode & GP_CU_EARLY) != 0);
         return;
@@ -278,11 +304,8 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
     decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, UNR>(acc, W, wr, cols, n, warp, g, c, prep,
                                                        (mode & GP_CU_EARLY) != 0);
     if (!sum_chains(acc, part[grp], warp, lane) || r0 >= rows) return;
-    if (n == 1) { /* lane l < 8 stores row r0 + l (lane l / 2's acc[l & 1]): one 32-byte write, also to pinned memory */
-        const float v0 = __shfl_sync(0xffffffffu, acc[0], lane >> 1), v1 = __shfl_sync(0xffffffffu, acc[1], lane >> 1);
-        const int64_t r = r0 + lane;
-        if (lane < 8 && r < rows)
-            mm_store(Y + r, mm_val(lane & 1 ? v1 : v0, B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, alpha), mode);
+    if (n == 1) {
+        store_token(acc, lane, r0, q, mode, alpha);
         return;
     }
 #pragma unroll
@@ -292,6 +315,34 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
         if (t < n && r < rows)
             mm_store(Y + (size_t)t * rows + r, mm_val(acc[i], B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, alpha),
                       mode);
+    }
+}
+
+/* One token, staged, no norm (mma_decode_kernel<DT, true>'s bits): blocks of CHAINS warps, each staging x once and
+ * taking the groups of 8 rows blockIdx.x, + gridDim.x, .. of the parts (a grid of as many blocks as the GPU holds
+ * at once: no block turnover, one staging a block); 4 blocks a multiprocessor (128 registers, as the kernel's own
+ * staged one-token form takes). */
+template <int DT>
+__global__ void __launch_bounds__(32 * CHAINS, 4)
+    mma_decode_loop_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int mode, float alpha) {
+    extern __shared__ __align__(16) float xs[];
+    __shared__ float part[CHAINS][32][4];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    int64_t groups = 0;
+#pragma unroll
+    for (int k = 0; k < 3; k++)
+        if (k < p.m) groups += (p.rows[k] + 7) / 8;
+    const float *xin = NULL;
+    for (int64_t gi = blockIdx.x; gi < groups; gi += gridDim.x) {
+        int64_t r0 = gi * 8;
+        const dec_part q = part_at(p, r0);
+        float acc[4];
+        const int64_t wr = r0 + g < q.rows ? r0 + g : q.rows - 1;
+        auto prep = [&] { return xin ? xin : (xin = stage_x(x, (uint4 *)xs, cols)); };
+        decode_chain<DT, X_PACKED, DEC_UNR>(acc, q.W, wr, cols, 1, warp, g, c, prep, (mode & GP_CU_EARLY) != 0,
+                                            gi == blockIdx.x);
+        if (sum_chains(acc, part, warp, lane)) store_token(acc, lane, r0, q, mode, alpha);
+        __syncthreads(); /* warp 0 has read part: the next group may write it */
     }
 }
 
@@ -1467,10 +1518,20 @@ extern "C" int gp_cu_mma_prepare(void) {
                         (const void *)mma_decode_kernel<GP_CU_F16, true, false, DEC_DEEP>,
                         (const void *)mma_decode_kernel<GP_CU_F32, true, true, DEC_DEEP>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true, true, DEC_DEEP>,
-                        (const void *)mma_decode_kernel<GP_CU_F16, true, true, DEC_DEEP>};
+                        (const void *)mma_decode_kernel<GP_CU_F16, true, true, DEC_DEEP>,
+                        (const void *)mma_decode_loop_kernel<GP_CU_F32>,
+                        (const void *)mma_decode_loop_kernel<GP_CU_BF16>,
+                        (const void *)mma_decode_loop_kernel<GP_CU_F16>};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, STAGE_X_MAX);
     return (int)e;
+}
+
+/* The blocks of kernel k (threads and smem bytes each) resident at once on the GPU; 0 where the occupancy API fails. */
+static int64_t resident(const void *k, int threads, size_t smem) {
+    static const int64_t sms = gp_cu_sm_count();
+    int per = 0;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem) == cudaSuccess ? per * sms : 0;
 }
 
 /* Whether the one-token kernel `deep` (UNR = DEC_DEEP) fits: a chain of cols is longer than two DEC_UNR buffers, and
@@ -1478,20 +1539,30 @@ extern "C" int gp_cu_mma_prepare(void) {
  * every chain's first 2 DEC_DEEP chunks (measured on the H100: Llama-3.2-1B's 2048- and 8192-wide projections 4-7%
  * faster decode; no gain at 1024 columns, and a loss on the lm_head's waves: BENCHMARKS.md). */
 static bool decode_depth(const void *deep, int threads, size_t smem, int64_t cols, int64_t blocks) {
-    static const int64_t sms = gp_cu_sm_count();
-    int per = 0;
-    if (cols <= 2 * DEC_UNR * 32 * CHAINS ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, deep, threads, smem) != cudaSuccess)
-        return false;
-    return blocks <= per * sms;
+    if (cols <= 2 * DEC_UNR * 32 * CHAINS) return false;
+    const int64_t cap = resident(deep, threads, smem);
+    return cap > 0 && blocks <= cap;
 }
 
 /* One token through the staged decode kernel (NORM: its RMSNorm by nm), blocks of `threads`, as deep as decode_depth
- * allows. */
+ * allows.  Without a norm, rows of at most LOOP_COLS columns in more groups than the GPU holds blocks at once run on
+ * that many looping blocks (mma_decode_loop_kernel; GP_CU_DEC_LOOP=0 in the environment: never; GP_CU_DEC_LOOP_CAP=N:
+ * at most N blocks, the tests of small shapes).  Measured on an H200 (BENCHMARKS.md): Qwen3-0.6B's lm_head (151,936 x
+ * 1,024) 98.4 -> 86.4 us alone; Llama-3.2-1B's (2,048 columns: a block's chains twice as long) 133.7 -> 134.7. */
+#define LOOP_COLS 1024
 template <int DT, bool NORM>
 static void launch_staged(gp_cu *d, const mma_parts &p, dim3 grid, int threads, const float *x, int64_t cols, int mode,
                           float alpha, const norm_args &nm) {
     const size_t xs = (size_t)cols * 2;
+    static const int loop = env_int("GP_CU_DEC_LOOP", 1);
+    static const int64_t force = env_int("GP_CU_DEC_LOOP_CAP", 0);
+    if (!NORM && loop && cols <= LOOP_COLS) {
+        const int64_t cap = force > 0 ? force : resident((const void *)mma_decode_loop_kernel<DT>, threads, xs);
+        if (cap > 0 && grid.x > cap) {
+            launch(mma_decode_loop_kernel<DT>, dim3((unsigned)cap), dim3(threads), xs, d, p, x, cols, mode, alpha);
+            return;
+        }
+    }
     if (decode_depth((const void *)mma_decode_kernel<DT, true, NORM, DEC_DEEP>, threads, xs, cols, grid.x))
         launch(mma_decode_kernel<DT, true, NORM, DEC_DEEP>, grid, dim3(threads), xs, d, p, x, cols, 1, mode, alpha, nm);
     else launch(mma_decode_kernel<DT, true, NORM>, grid, dim3(threads), xs, d, p, x, cols, 1, mode, alpha, nm);
