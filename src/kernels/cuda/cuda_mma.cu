@@ -1527,11 +1527,22 @@ extern "C" int gp_cu_mma_prepare(void) {
     return (int)e;
 }
 
-/* The blocks of kernel k (threads and smem bytes each) resident at once on the GPU; 0 where the occupancy API fails. */
+/* The blocks of kernel k (threads and smem bytes each) resident at once on the GPU; 0 where the occupancy API fails
+ * (mma_decode_loop_kernel's grid, decode_depth's test). */
 static int64_t resident(const void *k, int threads, size_t smem) {
     static const int64_t sms = gp_cu_sm_count();
     int per = 0;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem) == cudaSuccess ? per * sms : 0;
+}
+
+/* mma_decode_loop_kernel's grid for `blocks` blocks of kernel k: as many as fit at once where fewer than blocks, else
+ * 0 (launch them all); GP_CU_DEC_LOOP=0 in the environment: always 0; GP_CU_DEC_LOOP_CAP=N: at most N blocks (the
+ * tests of small shapes). */
+static int64_t loop_grid(const void *k, int threads, size_t smem, int64_t blocks) {
+    static const int loop = env_int("GP_CU_DEC_LOOP", 1);
+    static const int64_t force = env_int("GP_CU_DEC_LOOP_CAP", 0);
+    const int64_t cap = !loop ? 0 : force > 0 ? force : resident(k, threads, smem);
+    return cap > 0 && blocks > cap ? cap : 0;
 }
 
 /* Whether the one-token kernel `deep` (UNR = DEC_DEEP) fits: a chain of cols is longer than two DEC_UNR buffers, and
@@ -1546,20 +1557,19 @@ static bool decode_depth(const void *deep, int threads, size_t smem, int64_t col
 
 /* One token through the staged decode kernel (NORM: its RMSNorm by nm), blocks of `threads`, as deep as decode_depth
  * allows.  Without a norm, rows of at most LOOP_COLS columns in more groups than the GPU holds blocks at once run on
- * that many looping blocks (mma_decode_loop_kernel; GP_CU_DEC_LOOP=0 in the environment: never; GP_CU_DEC_LOOP_CAP=N:
- * at most N blocks, the tests of small shapes).  Measured on an H200 (BENCHMARKS.md): Qwen3-0.6B's lm_head (151,936 x
- * 1,024) 98.4 -> 86.4 us alone; Llama-3.2-1B's (2,048 columns: a block's chains twice as long) 133.7 -> 134.7. */
+ * that many looping blocks (mma_decode_loop_kernel, loop_grid).  Measured on an H200 (BENCHMARKS.md): Qwen3-0.6B's
+ * lm_head (151,936 x 1,024) 98.4 -> 86.4 us alone; Llama-3.2-1B's (2,048 columns: a block's chains twice as long)
+ * 133.7 -> 134.7.  (The float32 mode's one-token rows looping alike were no faster: 1,024 columns within the noise,
+ * 2,048 1-2% slower.) */
 #define LOOP_COLS 1024
 template <int DT, bool NORM>
 static void launch_staged(gp_cu *d, const mma_parts &p, dim3 grid, int threads, const float *x, int64_t cols, int mode,
                           float alpha, const norm_args &nm) {
     const size_t xs = (size_t)cols * 2;
-    static const int loop = env_int("GP_CU_DEC_LOOP", 1);
-    static const int64_t force = env_int("GP_CU_DEC_LOOP_CAP", 0);
-    if (!NORM && loop && cols <= LOOP_COLS) {
-        const int64_t cap = force > 0 ? force : resident((const void *)mma_decode_loop_kernel<DT>, threads, xs);
-        if (cap > 0 && grid.x > cap) {
-            launch(mma_decode_loop_kernel<DT>, dim3((unsigned)cap), dim3(threads), xs, d, p, x, cols, mode, alpha);
+    if (!NORM && cols <= LOOP_COLS) {
+        const int64_t lg = loop_grid((const void *)mma_decode_loop_kernel<DT>, threads, xs, grid.x);
+        if (lg) {
+            launch(mma_decode_loop_kernel<DT>, dim3((unsigned)lg), dim3(threads), xs, d, p, x, cols, mode, alpha);
             return;
         }
     }
