@@ -284,10 +284,7 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
     const int grp = NORM ? (threadIdx.x >> 5) / CHAINS : 0;
     int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x / (32 * CHAINS)) + grp) * 8;
     const dec_part q = part_at(p, r0); /* (this group's) */
-    const void *W = q.W, *B = q.B;
-    float *Y = q.Y;
     const int64_t rows = q.rows;
-    const int bdt = q.bdt;
     if (!NORM && r0 >= rows) { /* the whole block: past the last part */
         pdl_enter((mode & GP_CU_EARLY) != 0);
         return;
@@ -301,7 +298,7 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
         if (NORM) return regs ? norm_x_regs(x, (uint4 *)xs, cols, nm, ne) : norm_x(x, (uint4 *)xs, cols, nm);
         return STAGE ? stage_x(x, (uint4 *)xs, cols) : x;
     };
-    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, UNR>(acc, W, wr, cols, n, warp, g, c, prep,
+    decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, UNR>(acc, q.W, wr, cols, n, warp, g, c, prep,
                                                        (mode & GP_CU_EARLY) != 0);
     if (!sum_chains(acc, part[grp], warp, lane) || r0 >= rows) return;
     if (n == 1) {
@@ -313,8 +310,8 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
         const int32_t t = g + (i >> 1) * 8;
         const int64_t r = r0 + 2 * c + (i & 1);
         if (t < n && r < rows)
-            mm_store(Y + (size_t)t * rows + r, mm_val(acc[i], B != NULL, B ? wt_at(B, bdt, r) : 0.0f, mode, alpha),
-                      mode);
+            mm_store(q.Y + (size_t)t * rows + r,
+                     mm_val(acc[i], q.B != NULL, q.B ? wt_at(q.B, q.bdt, r) : 0.0f, mode, alpha), mode);
     }
 }
 
