@@ -1526,19 +1526,18 @@ extern "C" int gp_cu_mma_prepare(void) {
 
 /* The blocks of kernel k (threads and smem bytes each) resident at once on the GPU; 0 where the occupancy API fails
  * (mma_decode_loop_kernel's grid, decode_depth's test). */
-static int64_t resident(const void *k, int threads, size_t smem) {
+static int64_t resident(gp_cu *d, const void *k, int threads, size_t smem) {
     static const int64_t sms = gp_cu_sm_count();
-    int per = 0;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem) == cudaSuccess ? per * sms : 0;
+    return gp_cu_occupancy(d, k, threads, smem) * sms;
 }
 
 /* mma_decode_loop_kernel's grid for `blocks` blocks of kernel k: as many as fit at once where fewer than blocks, else
  * 0 (launch them all); GP_CU_DEC_LOOP=0 in the environment: always 0; GP_CU_DEC_LOOP_CAP=N: at most N blocks (the
  * tests of small shapes). */
-static int64_t loop_grid(const void *k, int threads, size_t smem, int64_t blocks) {
+static int64_t loop_grid(gp_cu *d, const void *k, int threads, size_t smem, int64_t blocks) {
     static const int loop = env_int("GP_CU_DEC_LOOP", 1);
     static const int64_t force = env_int("GP_CU_DEC_LOOP_CAP", 0);
-    const int64_t cap = !loop ? 0 : force > 0 ? force : resident(k, threads, smem);
+    const int64_t cap = !loop ? 0 : force > 0 ? force : resident(d, k, threads, smem);
     return cap > 0 && blocks > cap ? cap : 0;
 }
 
@@ -1546,9 +1545,9 @@ static int64_t loop_grid(const void *k, int threads, size_t smem, int64_t blocks
  * the grid's blocks (threads and smem bytes each) are resident at once, so the loads issued before the wait request
  * every chain's first 2 DEC_DEEP chunks (measured on the H100: Llama-3.2-1B's 2048- and 8192-wide projections 4-7%
  * faster decode; no gain at 1024 columns, and a loss on the lm_head's waves: BENCHMARKS.md). */
-static bool decode_depth(const void *deep, int threads, size_t smem, int64_t cols, int64_t blocks) {
+static bool decode_depth(gp_cu *d, const void *deep, int threads, size_t smem, int64_t cols, int64_t blocks) {
     if (cols <= 2 * DEC_UNR * 32 * CHAINS) return false;
-    const int64_t cap = resident(deep, threads, smem);
+    const int64_t cap = resident(d, deep, threads, smem);
     return cap > 0 && blocks <= cap;
 }
 
@@ -1564,13 +1563,13 @@ static void launch_staged(gp_cu *d, const mma_parts &p, dim3 grid, int threads, 
                           float alpha, const norm_args &nm) {
     const size_t xs = (size_t)cols * 2;
     if (!NORM && cols <= LOOP_COLS) {
-        const int64_t lg = loop_grid((const void *)mma_decode_loop_kernel<DT>, threads, xs, grid.x);
+        const int64_t lg = loop_grid(d, (const void *)mma_decode_loop_kernel<DT>, threads, xs, grid.x);
         if (lg) {
             launch(mma_decode_loop_kernel<DT>, dim3((unsigned)lg), dim3(threads), xs, d, p, x, cols, mode, alpha);
             return;
         }
     }
-    if (decode_depth((const void *)mma_decode_kernel<DT, true, NORM, DEC_DEEP>, threads, xs, cols, grid.x))
+    if (decode_depth(d, (const void *)mma_decode_kernel<DT, true, NORM, DEC_DEEP>, threads, xs, cols, grid.x))
         launch(mma_decode_kernel<DT, true, NORM, DEC_DEEP>, grid, dim3(threads), xs, d, p, x, cols, 1, mode, alpha, nm);
     else launch(mma_decode_kernel<DT, true, NORM>, grid, dim3(threads), xs, d, p, x, cols, 1, mode, alpha, nm);
 }

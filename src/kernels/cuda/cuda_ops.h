@@ -112,6 +112,10 @@ void gp_cu_graph_stats(gp_cu *d, uint64_t out[3]);
 
 /* Multiprocessors of the current device (132 on an H100 SXM); 0 when the runtime cannot tell. */
 int gp_cu_sm_count(void);
+/* Blocks of kernel k (threads and smem bytes each) resident at once on one multiprocessor, 0 where the occupancy API
+ * fails; remembered by d for the first 16 shapes it is asked (the API takes 0.25-0.39 us of the host's time a query
+ * on the H200 machine, and a decode step asks for most of its staged projections: about 50 a step). */
+int gp_cu_occupancy(gp_cu *d, const void *k, int threads, size_t smem);
 
 /* Pinned host memory (copies from it run asynchronously). */
 int gp_cu_host_alloc(void **p, size_t bytes);

@@ -30,6 +30,7 @@ typedef struct cu_recording {
 } cu_recording;
 
 #define VAR_SLOTS 64 /* distinct per-step values a step keeps apart (more are stored as they come) */
+#define OCC_SLOTS 16 /* kernel shapes whose occupancy a handle remembers (gp_cu_occupancy) */
 struct gp_cu {
     int dev;
     cudaStream_t s;
@@ -55,6 +56,8 @@ struct gp_cu {
     uint64_t stats[3];     /* steps replayed, graphs built, steps launched one by one */
     uint64_t work;         /* kernels and copies enqueued or recorded so far */
     struct { const float *x; int64_t cols; int32_t n; size_t off; uint64_t at; gp_cu_norm nm; int has_nm; } hand;
+    struct { const void *k; int threads; size_t smem; int per; } occ[OCC_SLOTS]; /* gp_cu_occupancy's answers */
+    int n_occ;
 };
 
 /* ---- decode steps as CUDA graphs ----
@@ -597,6 +600,21 @@ extern "C" int gp_cu_sm_count(void) {
         return 0;
     }
     return n;
+}
+
+extern "C" int gp_cu_occupancy(gp_cu *d, const void *k, int threads, size_t smem) {
+    for (int i = 0; i < d->n_occ; i++)
+        if (d->occ[i].k == k && d->occ[i].threads == threads && d->occ[i].smem == smem) return d->occ[i].per;
+    int per = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (d->n_occ < OCC_SLOTS) {
+        d->occ[d->n_occ].k = k, d->occ[d->n_occ].threads = threads;
+        d->occ[d->n_occ].smem = smem, d->occ[d->n_occ++].per = per;
+    }
+    return per;
 }
 
 extern "C" int gp_cu_host_alloc(void **p, size_t bytes) {
