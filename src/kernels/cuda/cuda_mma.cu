@@ -79,20 +79,25 @@ __device__ __forceinline__ uint4 x8(const float *x, int32_t t, int32_t n, int64_
     return pack8(a, b);
 }
 
-/* One token's input x [cols] (cols % 8 == 0) copied by the block into xs as bf16 (x8's words, in column order), 8
+/* One token's input x [cols] (cols % 8 == 0) copied by the block into xs as bf16 (x8's words, in column order), SU
  * vectors per thread in flight; returns xs.  (Read from global memory chunk by chunk, x was the decode kernels'
- * longest stall: one memory latency per chunk of a chain.) */
+ * longest stall: one memory latency per chunk of a chain.)  SU = 8, held with the weights' first buffers, gives the
+ * staged one-token kernel 128 registers (4 blocks a multiprocessor); STAGE_LIGHT = 2 stages rows of up to LIGHT_COLS
+ * columns with 128 threads in one round as well, in 64 registers (8 blocks). */
+#define STAGE_LIGHT 2
+#define LIGHT_COLS (STAGE_LIGHT * 8 * 128)
+template <int SU = 8>
 __device__ __forceinline__ const float *stage_x(const float *__restrict__ x, uint4 *xs, int64_t cols) {
     const int64_t n8 = cols / 8;
-    for (int64_t i0 = threadIdx.x; i0 < n8; i0 += 8 * (int64_t)blockDim.x) {
-        float4 v[8][2];
+    for (int64_t i0 = threadIdx.x; i0 < n8; i0 += SU * (int64_t)blockDim.x) {
+        float4 v[SU][2];
 #pragma unroll
-        for (int u = 0; u < 8; u++) {
+        for (int u = 0; u < SU; u++) {
             const int64_t i = i0 + (int64_t)u * blockDim.x;
             if (i < n8) v[u][0] = __ldg((const float4 *)x + 2 * i), v[u][1] = __ldg((const float4 *)x + 2 * i + 1);
         }
 #pragma unroll
-        for (int u = 0; u < 8; u++) {
+        for (int u = 0; u < SU; u++) {
             const int64_t i = i0 + (int64_t)u * blockDim.x;
             if (i < n8) xs[i] = pack8(v[u][0], v[u][1]);
         }
@@ -269,11 +274,11 @@ __device__ __forceinline__ void store_token(const float *acc, int lane, int64_t 
 
 /* Decode (n <= 16 tokens): a block of CHAINS warps per 8 weight rows of the parts, warp w running chain w; lane (g, c)
  * loads 16 bytes of weight row g per chunk (UNR chunks a buffer) and multiplies the token tile (zero rows beyond n).
- * STAGE (one token): the block first copies x into dynamic shared memory as bf16 (stage_x; 2 cols bytes).  NORM (one
- * token, staged): x's RMSNorm by nm instead (norm_x; norm_x_regs, its weights read before the wait, for rows of up to
- * NORM_REGS elements a thread), the block rms_threads(cols) = 128 or 256 threads: one or two groups of 8 rows (warps
- * CHAINS q .. for group q; a group past the parts computes nothing it stores). */
-template <int DT, bool STAGE, bool NORM = false, int UNR = DEC_UNR>
+ * STAGE (one token): the block first copies x into dynamic shared memory as bf16 (stage_x<SXU>; 2 cols bytes).
+ * NORM (one token, staged): x's RMSNorm by nm instead (norm_x; norm_x_regs, its weights read before the wait, for
+ * rows of up to NORM_REGS elements a thread), the block rms_threads(cols) = 128 or 256 threads: one or two groups of
+ * 8 rows (warps CHAINS q .. for group q; a group past the parts computes nothing it stores). */
+template <int DT, bool STAGE, bool NORM = false, int UNR = DEC_UNR, int SXU = 8>
 __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
     mma_decode_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int32_t n, int mode, float alpha,
                       norm_args nm) {
@@ -296,7 +301,7 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
     const bool regs = NORM && cols <= NORM_REGS * (int64_t)blockDim.x;
     auto prep = [&] {
         if (NORM) return regs ? norm_x_regs(x, (uint4 *)xs, cols, nm, ne) : norm_x(x, (uint4 *)xs, cols, nm);
-        return STAGE ? stage_x(x, (uint4 *)xs, cols) : x;
+        return STAGE ? stage_x<SXU>(x, (uint4 *)xs, cols) : x;
     };
     decode_chain<DT, STAGE ? X_PACKED : X_GLOBAL, UNR>(acc, q.W, wr, cols, n, warp, g, c, prep,
                                                        (mode & GP_CU_EARLY) != 0);
@@ -317,10 +322,10 @@ __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
 
 /* One token, staged, no norm (mma_decode_kernel<DT, true>'s bits): blocks of CHAINS warps, each staging x once and
  * taking the groups of 8 rows blockIdx.x, + gridDim.x, .. of the parts (a grid of as many blocks as the GPU holds
- * at once: no block turnover, one staging a block); 4 blocks a multiprocessor (128 registers, as the kernel's own
- * staged one-token form takes). */
+ * at once: no block turnover, one staging a block); 5 blocks a multiprocessor (91 registers with the light staging,
+ * where stage_x's default gave 128 and 4 blocks). */
 template <int DT>
-__global__ void __launch_bounds__(32 * CHAINS, 4)
+__global__ void __launch_bounds__(32 * CHAINS, 5)
     mma_decode_loop_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int mode, float alpha) {
     extern __shared__ __align__(16) float xs[];
     __shared__ float part[CHAINS][32][4];
@@ -335,7 +340,7 @@ __global__ void __launch_bounds__(32 * CHAINS, 4)
         const dec_part q = part_at(p, r0);
         float acc[4];
         const int64_t wr = r0 + g < q.rows ? r0 + g : q.rows - 1;
-        auto prep = [&] { return xin ? xin : (xin = stage_x(x, (uint4 *)xs, cols)); };
+        auto prep = [&] { return xin ? xin : (xin = stage_x<STAGE_LIGHT>(x, (uint4 *)xs, cols)); };
         decode_chain<DT, X_PACKED, DEC_UNR>(acc, q.W, wr, cols, 1, warp, g, c, prep, (mode & GP_CU_EARLY) != 0,
                                             gi == blockIdx.x);
         if (sum_chains(acc, part, warp, lane)) store_token(acc, lane, r0, q, mode, alpha);
@@ -1516,6 +1521,9 @@ extern "C" int gp_cu_mma_prepare(void) {
                         (const void *)mma_decode_kernel<GP_CU_F32, true, true, DEC_DEEP>,
                         (const void *)mma_decode_kernel<GP_CU_BF16, true, true, DEC_DEEP>,
                         (const void *)mma_decode_kernel<GP_CU_F16, true, true, DEC_DEEP>,
+                        (const void *)mma_decode_kernel<GP_CU_F32, true, false, DEC_UNR, STAGE_LIGHT>,
+                        (const void *)mma_decode_kernel<GP_CU_BF16, true, false, DEC_UNR, STAGE_LIGHT>,
+                        (const void *)mma_decode_kernel<GP_CU_F16, true, false, DEC_UNR, STAGE_LIGHT>,
                         (const void *)mma_decode_loop_kernel<GP_CU_F32>,
                         (const void *)mma_decode_loop_kernel<GP_CU_BF16>,
                         (const void *)mma_decode_loop_kernel<GP_CU_F16>};
@@ -1556,8 +1564,12 @@ static bool decode_depth(gp_cu *d, const void *deep, int threads, size_t smem, i
  * that many looping blocks (mma_decode_loop_kernel, loop_grid).  Measured on an H200 (BENCHMARKS.md): Qwen3-0.6B's
  * lm_head (151,936 x 1,024) 98.4 -> 86.4 us alone; Llama-3.2-1B's (2,048 columns: a block's chains twice as long)
  * 133.7 -> 134.7.  (The float32 mode's one-token rows looping alike were no faster: 1,024 columns within the noise,
- * 2,048 1-2% slower.) */
+ * 2,048 1-2% slower.)  Other rows of up to LIGHT_COLS columns (blocks of 128 threads, not deep) stage lightly
+ * (STAGE_LIGHT: 64 registers, 8 blocks a multiprocessor: Llama-3.2-1B's lm_head 135.3 -> 120.7 us alone on an H200;
+ * the looping kernel's 5 blocks, Qwen3-0.6B's 85.9 -> 77.2); wider rows keep 8 vectors a thread (the 8B shape's
+ * 4,096- and 14,336-column rows staged 2 at a time decoded 13% slower). */
 #define LOOP_COLS 1024
+static_assert(LOOP_COLS <= LIGHT_COLS, "the looping kernel stages its rows in one round of loads");
 template <int DT, bool NORM>
 static void launch_staged(gp_cu *d, const mma_parts &p, dim3 grid, int threads, const float *x, int64_t cols, int mode,
                           float alpha, const norm_args &nm) {
@@ -1571,6 +1583,9 @@ static void launch_staged(gp_cu *d, const mma_parts &p, dim3 grid, int threads, 
     }
     if (decode_depth(d, (const void *)mma_decode_kernel<DT, true, NORM, DEC_DEEP>, threads, xs, cols, grid.x))
         launch(mma_decode_kernel<DT, true, NORM, DEC_DEEP>, grid, dim3(threads), xs, d, p, x, cols, 1, mode, alpha, nm);
+    else if (!NORM && cols <= LIGHT_COLS && threads == 128)
+        launch(mma_decode_kernel<DT, true, false, DEC_UNR, STAGE_LIGHT>, grid, dim3(threads), xs, d, p, x, cols, 1,
+               mode, alpha, nm);
     else launch(mma_decode_kernel<DT, true, NORM>, grid, dim3(threads), xs, d, p, x, cols, 1, mode, alpha, nm);
 }
 
