@@ -83,9 +83,9 @@ __device__ __forceinline__ uint4 x8(const float *x, int32_t t, int32_t n, int64_
  * vectors per thread in flight; returns xs.  (Read from global memory chunk by chunk, x was the decode kernels'
  * longest stall: one memory latency per chunk of a chain.)  SU = 8, held with the weights' first buffers, gives the
  * staged one-token kernel 128 registers (4 blocks a multiprocessor); STAGE_LIGHT = 2 stages rows of up to LIGHT_COLS
- * columns with 128 threads in one round as well, in 64 registers (8 blocks). */
+ * columns with the one-token kernel's 32 CHAINS threads in one round as well, in 64 registers (8 blocks). */
 #define STAGE_LIGHT 2
-#define LIGHT_COLS (STAGE_LIGHT * 8 * 128)
+#define LIGHT_COLS (STAGE_LIGHT * 8 * 32 * CHAINS)
 template <int SU = 8>
 __device__ __forceinline__ const float *stage_x(const float *__restrict__ x, uint4 *xs, int64_t cols) {
     const int64_t n8 = cols / 8;
@@ -1564,7 +1564,7 @@ static bool decode_depth(gp_cu *d, const void *deep, int threads, size_t smem, i
  * that many looping blocks (mma_decode_loop_kernel, loop_grid).  Measured on an H200 (BENCHMARKS.md): Qwen3-0.6B's
  * lm_head (151,936 x 1,024) 98.4 -> 86.4 us alone; Llama-3.2-1B's (2,048 columns: a block's chains twice as long)
  * 133.7 -> 134.7.  (The float32 mode's one-token rows looping alike were no faster: 1,024 columns within the noise,
- * 2,048 1-2% slower.)  Other rows of up to LIGHT_COLS columns (blocks of 128 threads, not deep) stage lightly
+ * 2,048 1-2% slower.)  Other rows of up to LIGHT_COLS columns (not deep, no norm) stage lightly
  * (STAGE_LIGHT: 64 registers, 8 blocks a multiprocessor: Llama-3.2-1B's lm_head 135.3 -> 120.7 us alone on an H200;
  * the looping kernel's 5 blocks, Qwen3-0.6B's 85.9 -> 77.2); wider rows keep 8 vectors a thread (the 8B shape's
  * 4,096- and 14,336-column rows staged 2 at a time decoded 13% slower). */
@@ -1583,7 +1583,7 @@ static void launch_staged(gp_cu *d, const mma_parts &p, dim3 grid, int threads, 
     }
     if (decode_depth(d, (const void *)mma_decode_kernel<DT, true, NORM, DEC_DEEP>, threads, xs, cols, grid.x))
         launch(mma_decode_kernel<DT, true, NORM, DEC_DEEP>, grid, dim3(threads), xs, d, p, x, cols, 1, mode, alpha, nm);
-    else if (!NORM && cols <= LIGHT_COLS && threads == 128)
+    else if (!NORM && cols <= LIGHT_COLS)
         launch(mma_decode_kernel<DT, true, false, DEC_UNR, STAGE_LIGHT>, grid, dim3(threads), xs, d, p, x, cols, 1,
                mode, alpha, nm);
     else launch(mma_decode_kernel<DT, true, NORM>, grid, dim3(threads), xs, d, p, x, cols, 1, mode, alpha, nm);
