@@ -56,13 +56,12 @@ __device__ __forceinline__ uint4 ldw(const void *p) {
     return u;
 }
 
-template <bool MMA, int U, bool L2 = false>
-__global__ void __launch_bounds__(128) frag(const uint16_t *W, int64_t cols, float *out) {
-    extern __shared__ uint4 xs[];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    const int64_t kmax = cols / 32 / CHAINS;
-    const uint16_t *row = W + ((int64_t)blockIdx.x * 8 + g) * cols + 8 * c;
-    float acc[4] = {0, 0, 0, 0};
+/* chain w of the 8 rows at row (lane (g, c)'s 16 bytes a chunk) into acc: two register buffers of U chunks, the
+ * next one's loads in flight while this one's are eaten; between the first loads and the first products, before()
+ * (frag stages the token there, so that the first loads stream meanwhile; fragy's later groups do nothing) */
+template <bool MMA, int U, bool L2, typename Before>
+__device__ __forceinline__ void chain_frag(float *acc, const uint16_t *row, const uint4 *xs, int w, int c,
+                                           int64_t kmax, Before before) {
     uint4 b[2][U];
     auto load = [&](int h, int64_t k0) {
 #pragma unroll
@@ -73,13 +72,22 @@ __global__ void __launch_bounds__(128) frag(const uint16_t *W, int64_t cols, flo
         for (int u = 0; u < U; u++) eat<MMA>(acc, xs[chain_chunk(w, k0 + u) * 4 + c], b[h][u]);
     };
     load(0, 0), load(1, U);
-    stage(xs, cols);
+    before();
     for (int64_t k = 0; k < kmax; k += 2 * U) {
         mul(0, k);
         if (k + 2 * U < kmax) load(0, k + 2 * U);
         mul(1, k + U);
         if (k + 3 * U < kmax) load(1, k + 3 * U);
     }
+}
+
+template <bool MMA, int U, bool L2 = false>
+__global__ void __launch_bounds__(128) frag(const uint16_t *W, int64_t cols, float *out) {
+    extern __shared__ uint4 xs[];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const uint16_t *row = W + ((int64_t)blockIdx.x * 8 + g) * cols + 8 * c;
+    float acc[4] = {0, 0, 0, 0};
+    chain_frag<MMA, U, L2>(acc, row, xs, w, c, cols / 32 / CHAINS, [&] { stage(xs, cols); });
     keep(out, acc);
 }
 
@@ -123,22 +131,7 @@ __global__ void __launch_bounds__(128) fragy(const uint16_t *W, int64_t cols, fl
     for (int64_t grp = blockIdx.x; grp < groups; grp += PERSIST ? gridDim.x : groups) {
         const uint16_t *row = W + (grp * 8 + g) * cols + 8 * c;
         float acc[4] = {0, 0, 0, 0};
-        uint4 b[2][U];
-        auto load = [&](int h, int64_t k0) {
-#pragma unroll
-            for (int u = 0; u < U; u++) b[h][u] = ldw<true>(row + chain_chunk(w, k0 + u) * 32);
-        };
-        auto mul = [&](int h, int64_t k0) {
-#pragma unroll
-            for (int u = 0; u < U; u++) eat<true>(acc, xs[chain_chunk(w, k0 + u) * 4 + c], b[h][u]);
-        };
-        load(0, 0), load(1, U);
-        for (int64_t k = 0; k < kmax; k += 2 * U) {
-            mul(0, k);
-            if (k + 2 * U < kmax) load(0, k + 2 * U);
-            mul(1, k + U);
-            if (k + 3 * U < kmax) load(1, k + 3 * U);
-        }
+        chain_frag<true, U, true>(acc, row, xs, w, c, kmax, [] {});
         part[w][lane] = acc[0] + acc[1];
         __syncthreads();
         if (w == 0) {
