@@ -13,7 +13,8 @@
  *   - then mm_val's bias and rounding and mm_store's residual add (cuda_launch.cuh), as the other kernels.
  * An output's bits depend on its row, its token and the shape alone: the decode kernels (n <= 16: one M tile, zero
  * rows beyond n, a warp per chain of 8 weight rows; q|k|v in one launch, gate|up with the GLU in one launch; one
- * token's 1,024-wide rows in more groups than fit at once, the lm_head's, on looping blocks) and the
+ * token's 1,024-wide rows in more groups than fit at once, the lm_head's, and a normed GLU's rows in more groups than
+ * fit at once, on looping blocks) and the
  * prefill kernels (64 or 32 x 128 tiles through shared memory, chain after chain: mma_gemm_kernel's cp.async pipeline
  * for bf16 weights, mma_prefill_kernel's register staging for f16/f32 ones, which it rounds as it reads; on Hopper's
  * wgmma, wg_gemm_kernel: the GLUs and the large grids whole, and where the tiles are too few to fill the GPU in blocks
@@ -393,6 +394,88 @@ __global__ void __launch_bounds__(64 * CHAINS)
         const float gv = mm_val(v[0][i], bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
         const float uv = mm_val(v[1][i], bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
         y[r] = glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
+    }
+}
+
+/* One token through gate and up after the input's RMSNorm, on looping blocks, with mma_decode_glu_kernel's bits: for
+ * rows in more groups of 8 than fit at once and columns a multiple of 2 DEC_UNR 32 CHAINS (each chain K = cols /
+ * (32 CHAINS) chunks, whole pairs of buffers).  Block b takes the groups b, b + gridDim.x, .. (ng of them); its warps'
+ * loads are one stream across them, DEC_UNR chunks a buffer (twice the GLU kernel's: 72 registers, 3 blocks a
+ * multiprocessor): the next group's first chunks are in flight while this group's last ones are multiplied, and every
+ * block's first loads go out before the wait, where a second wave of blocks waited for its first loads again.  The
+ * norm is computed once a block, straight into a bf16 copy (norm_x_regs, or norm_x for rows wider than NORM_REGS
+ * elements a thread: a chunk's input is then one 16-byte read of shared memory, not 32 bytes to round).  A group's
+ * sums pass through part[group & 1]: one barrier a group.  (Measured on an H200, alone: Llama-3.2-1B's gate|up 24.0 ->
+ * 23.6 us, the 8B shape's 68.4 -> 66.1; decoding, where the first loads overlap the previous kernel, tg +0.5-3.5%.  The
+ * same loop with 2 chunks a buffer and float32 input was slower than separate blocks, 8 chunks at 116 registers no
+ * better on Llama-3.2-1B: BENCHMARKS.md.) */
+template <int DT>
+__global__ void __launch_bounds__(64 * CHAINS, 3)
+    mma_decode_glu_loop_kernel(float *__restrict__ y, const float *__restrict__ x, norm_args nm,
+                               const void *__restrict__ G, const void *__restrict__ U, int64_t rows, int64_t cols,
+                               const void *bg, const void *bu, int bdt, int act, int mode) {
+    extern __shared__ __align__(16) float xs[];
+    __shared__ float part[2][2][CHAINS][32][4];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int which = warp / CHAINS, chain = warp % CHAINS;
+    const int ng = (int)(((rows + 7) / 8 - blockIdx.x + gridDim.x - 1) / gridDim.x);
+    const int K = (int)(cols / (32 * CHAINS));
+    const void *__restrict__ W = which ? U : G;
+    auto r0_of = [&](int j) { return ((int64_t)blockIdx.x + (int64_t)j * gridDim.x) * 8; };
+    uint4 wa[DEC_UNR], wb[DEC_UNR];
+    int lj = 0, lk = 0; /* the next load's group and chunk of the chain */
+    auto load_next = [&](uint4 *b) {
+        if (lj >= ng) return;
+        const int64_t r0 = r0_of(lj), wr = r0 + g < rows ? r0 + g : rows - 1;
+#pragma unroll
+        for (int u = 0; u < DEC_UNR; u++) b[u] = w8<DT>(W, wr, cols, chain_chunk(chain, lk + u) * 32 + 8 * c);
+        if ((lk += DEC_UNR) == K) lk = 0, lj++;
+    };
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float *xin = NULL;
+    auto mul = [&](const uint4 *b, int k0) {
+        uint4 a[DEC_UNR];
+#pragma unroll
+        for (int u = 0; u < DEC_UNR; u++) a[u] = x8<X_PACKED>(xin, g, 1, cols, chain_chunk(chain, k0 + u) * 32 + 8 * c);
+#pragma unroll
+        for (int u = 0; u < DEC_UNR; u++) chunk_mma(acc, a[u], make_uint4(0, 0, 0, 0), b[u]);
+    };
+    auto finish = [&](int j) { /* group j's chains summed, then act(gate) * up as mma_decode_glu_kernel */
+#pragma unroll
+        for (int i = 0; i < 4; i++) part[j & 1][which][chain][lane][i] = acc[i], acc[i] = 0.0f;
+        __syncthreads();
+        if (warp || g) return; /* token 0 lives in warp 0's lanes g = 0 */
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int64_t r = r0_of(j) + 2 * c + i;
+            float v[2];
+#pragma unroll
+            for (int w = 0; w < 2; w++) {
+                v[w] = part[j & 1][w][0][lane][i];
+#pragma unroll
+                for (int k = 1; k < CHAINS; k++) v[w] += part[j & 1][w][k][lane][i];
+            }
+            if (r >= rows) continue;
+            const float gv = mm_val(v[0], bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
+            const float uv = mm_val(v[1], bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
+            y[r] = glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
+        }
+    };
+    norm_early ne;
+    norm_prefetch<true>(ne, nm, cols); /* (before the wait: nothing writes the norm weights) */
+    load_next(wa);
+    load_next(wb);
+    pdl_enter((mode & GP_CU_EARLY) != 0);
+    const bool regs = cols <= NORM_REGS * 64 * CHAINS;
+    xin = regs ? norm_x_regs(x, (uint4 *)xs, cols, nm, ne) : norm_x(x, (uint4 *)xs, cols, nm);
+    for (int j = 0; j < ng; j++) {
+        for (int k0 = 0; k0 < K; k0 += 2 * DEC_UNR) {
+            mul(wa, k0);
+            load_next(wa);
+            mul(wb, k0 + DEC_UNR);
+            load_next(wb);
+        }
+        finish(j);
     }
 }
 
@@ -1713,6 +1796,25 @@ extern "C" int gp_cu_matmul_mma_add_chunk(gp_cu *d, float *y, const float *x, co
     return (int)cudaGetLastError();
 }
 
+/* gp_cu_matmul_mma_glu's looping form (mma_decode_glu_loop_kernel) where the norm is fused, the columns are a
+ * multiple of 2 DEC_UNR 32 CHAINS and the groups of 8 rows outnumber the blocks that fit at once (loop_grid;
+ * GP_CU_GLU_LOOP=0: never); the groups spread evenly, ceil(groups / blocks) a block.  Returns whether it launched. */
+template <int DT>
+static bool launch_glu_loop(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const norm_args &na,
+                            const gp_cu_wt *g, const gp_cu_wt *u, const void *bg, const void *bu, int bdt, int act,
+                            int mode) {
+    static const int on = env_int("GP_CU_GLU_LOOP", 1);
+    const size_t xs = (size_t)g->cols * 2;
+    const int64_t groups = (g->rows + 7) / 8;
+    const bool fits = on && nm && g->cols % (64 * CHAINS * DEC_UNR) == 0;
+    const int64_t lg = fits ? loop_grid(d, (const void *)mma_decode_glu_loop_kernel<DT>, 64 * CHAINS, xs, groups) : 0;
+    if (!lg) return false;
+    const int64_t per = (groups + lg - 1) / lg;
+    launch(mma_decode_glu_loop_kernel<DT>, dim3((unsigned)((groups + per - 1) / per)), dim3(64 * CHAINS), xs, d, y,
+           x, na, g->data, u->data, g->rows, g->cols, bg, bu, bdt, act, mode);
+    return true;
+}
+
 /* One token: y = act(h G^T + bg) * (h U^T + bu) on tensor cores, h = x or its RMSNorm by nm ([gp_cu_rmsnorm,]
  * gp_cu_matmul_mma twice, then the GLU op's bits). */
 extern "C" int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const gp_cu_wt *g,
@@ -1727,6 +1829,7 @@ extern "C" int gp_cu_matmul_mma_glu(gp_cu *d, float *y, const float *x, const gp
     const int bdt = biased ? bg->dtype : 0;
     const norm_args na = norm_args_of(nm, gp_cu_bf16(d));
     by_dtype(g->dtype, [&](auto dt) {
+        if (launch_glu_loop<dt>(d, y, x, nm, na, g, u, bg->data, bu->data, bdt, act, mode)) return;
         if (nm && g->cols <= NORM_REGS * 64 * CHAINS)
             launch(mma_decode_glu_kernel<dt, true, true>, grid, blk, (size_t)g->cols * 2, d, y, x, na, g->data,
                    u->data, g->rows, g->cols, bg->data, bu->data, bdt, act, mode);
