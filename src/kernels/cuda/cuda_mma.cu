@@ -349,6 +349,26 @@ __global__ void __launch_bounds__(32 * CHAINS, 5)
     }
 }
 
+/* The one-token GLU kernels' outputs: lane l (< 4) of warp 0 stores rows r and r + 1 (< rows) of y from part [gate,
+ * up][chain][lane][acc]: each product's chains summed in order, then act(gate) * up with the GLU op's expression. */
+__device__ __forceinline__ void glu_store(float *y, const float (*part)[CHAINS][32][4], int lane, int64_t r,
+                                          int64_t rows, const void *bg, const void *bu, int bdt, int act, int mode) {
+#pragma unroll
+    for (int i = 0; i < 2; i++, r++) {
+        float v[2];
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            v[w] = part[w][0][lane][i];
+#pragma unroll
+            for (int k = 1; k < CHAINS; k++) v[w] += part[w][k][lane][i];
+        }
+        if (r >= rows) continue;
+        const float gv = mm_val(v[0], bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
+        const float uv = mm_val(v[1], bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
+        y[r] = glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
+    }
+}
+
 /* One token through gate and up (same shape): a block of 2 CHAINS warps per 8 rows (warps 0..CHAINS-1 the gate's
  * chains, CHAINS..2 CHAINS-1 the up's), then y[r] = act(gate) * up with the GLU op's expression: the bits of the two
  * products (the decode kernel's) and glu_kernel; under NORM of the input's RMSNorm (input_of; dynamic shared memory
@@ -375,26 +395,8 @@ __global__ void __launch_bounds__(64 * CHAINS)
 #pragma unroll
     for (int i = 0; i < 4; i++) part[which][chain][lane][i] = acc[i];
     __syncthreads();
-    if (warp) return;
-    float v[2][2]; /* [gate, up][row 2c, 2c + 1] of token 0 (acc[0], acc[1]) */
-#pragma unroll
-    for (int w = 0; w < 2; w++)
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            float s = part[w][0][lane][i];
-#pragma unroll
-            for (int k = 1; k < CHAINS; k++) s += part[w][k][lane][i];
-            v[w][i] = s;
-        }
-    if (g) return; /* token 0 lives in lanes g = 0 */
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int64_t r = r0 + 2 * c + i;
-        if (r >= rows) continue;
-        const float gv = mm_val(v[0][i], bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
-        const float uv = mm_val(v[1][i], bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
-        y[r] = glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
-    }
+    if (warp || g) return; /* token 0 lives in warp 0's lanes g = 0 */
+    glu_store(y, part, lane, r0 + 2 * c, rows, bg, bu, bdt, act, mode);
 }
 
 /* One token through gate and up after the input's RMSNorm, on looping blocks, with mma_decode_glu_kernel's bits: for
@@ -444,22 +446,7 @@ __global__ void __launch_bounds__(64 * CHAINS, 3)
 #pragma unroll
         for (int i = 0; i < 4; i++) part[j & 1][which][chain][lane][i] = acc[i], acc[i] = 0.0f;
         __syncthreads();
-        if (warp || g) return; /* token 0 lives in warp 0's lanes g = 0 */
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int64_t r = r0_of(j) + 2 * c + i;
-            float v[2];
-#pragma unroll
-            for (int w = 0; w < 2; w++) {
-                v[w] = part[j & 1][w][0][lane][i];
-#pragma unroll
-                for (int k = 1; k < CHAINS; k++) v[w] += part[j & 1][w][k][lane][i];
-            }
-            if (r >= rows) continue;
-            const float gv = mm_val(v[0], bg != NULL, bg ? wt_at(bg, bdt, r) : 0.0f, mode, 1.0f);
-            const float uv = mm_val(v[1], bu != NULL, bu ? wt_at(bu, bdt, r) : 0.0f, mode, 1.0f);
-            y[r] = glu_val(gv, uv, act, (mode & GP_CU_ROUND) != 0);
-        }
+        if (!warp && !g) glu_store(y, part[j & 1], lane, r0_of(j) + 2 * c, rows, bg, bu, bdt, act, mode);
     };
     norm_early ne;
     norm_prefetch<true>(ne, nm, cols); /* (before the wait: nothing writes the norm weights) */
