@@ -183,11 +183,12 @@ static gp_status store_grow(gp_cache *c, kv_store **ps, int32_t old_cap, int32_t
 /* Float32 slots a layer of cap slots needs. */
 static int32_t f32_slots(const gp_kv_params *p, int32_t cap) { return q_start(p) < cap ? q_start(p) : cap; }
 
-/* Slots layer L grows to for n_total positions. */
-static int32_t cap_for(const kv_layer *L, int32_t n_total) {
+/* Slots layer L of c grows to for n_total positions: twice its slots, at least p.min_slots, at most cap_max. */
+static int32_t cap_for(const gp_cache *c, const kv_layer *L, int32_t n_total) {
     int32_t need = n_total < L->cap_max ? n_total : L->cap_max;
     if (L->cap >= need) return L->cap;
     int64_t grow = (int64_t)L->cap * 2;
+    if (grow < c->p.min_slots) grow = c->p.min_slots;
     return (int32_t)(grow > need ? (grow < L->cap_max ? grow : L->cap_max) : need);
 }
 
@@ -206,7 +207,7 @@ uint64_t gp_cache_bytes(const gp_cache *c) {
 
 uint64_t gp_cache_bytes_for(const gp_cache *c, int32_t n_total) {
     uint64_t b = 0;
-    for (int32_t l = 0; l < c->n_layers; l++) b += layer_bytes(c, cap_for(&c->L[l], n_total));
+    for (int32_t l = 0; l < c->n_layers; l++) b += layer_bytes(c, cap_for(c, &c->L[l], n_total));
     return b;
 }
 
@@ -258,7 +259,7 @@ gp_status gp_cache_reserve(gp_cache *c, int32_t n_total, int32_t n_chunk) {
         gp_status s;
         /* growing or writing a shared store would change the other cache's buffer: copy first */
         if ((s = unshare(c, l))) return s;
-        const int32_t cap = cap_for(L, n_total);
+        const int32_t cap = cap_for(c, L, n_total);
         if (cap == L->cap && L->k) continue;
         const int32_t nf = f32_slots(&c->p, cap);
         if ((s = store_grow(c, &L->k, L->cap, L->n_f, cap, nf)) || (s = store_grow(c, &L->v, L->cap, L->n_f, cap, nf)))

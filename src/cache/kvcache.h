@@ -22,6 +22,7 @@ typedef struct gp_kv_params {
     int32_t bits;        /* 0 = float32; 16 = bfloat16 (every position); 4 or 8 = quantized */
     int32_t group;       /* quantization group size along a position's [n_kv * head_dim] row */
     int32_t q_start;     /* positions < q_start stay float32 */
+    int32_t min_slots;   /* slots a layer grows to at least (0: as needed, doubling) */
 } gp_kv_params;
 
 typedef struct gp_cache gp_cache;

@@ -128,8 +128,12 @@ gp_status gp_ctx_init(const gp_model *m, const gp_ctx_params *params, gp_ctx **o
      * they are stored: the same values in half the bytes; CUDA's tensor-core decode and the CPU's scores16 / pv16
      * read them as they are: BENCHMARKS.md); 32: float32 rows (the cache's 0) */
     const int32_t bits = p.kv_bits == 0 ? (p.compute == GP_COMPUTE_BF16 ? 16 : 0) : p.kv_bits == 32 ? 0 : p.kv_bits;
+    /* min_slots: on a GPU the cache grows to 256 positions at once, unless a memory limit is set.  (Each growth
+     * moves the buffers, so the decode step's CUDA graphs are captured again: grown by doubling from 1, a fresh
+     * context's first 64 tokens paid for 5 of them, about 2.5 ms each on an H200: BENCHMARKS.md.) */
+    const int32_t min_slots = p.device == GP_DEVICE_CUDA && !p.mem_limit_bytes ? 256 : 0;
     x->kvp = (gp_kv_params){.n_ctx = p.n_ctx, .max_kv_size = p.max_kv_size, .keep = p.keep, .bits = bits,
-                            .group = p.kv_group_size, .q_start = p.quantized_kv_start};
+                            .group = p.kv_group_size, .q_start = p.quantized_kv_start, .min_slots = min_slots};
     gp_cache *first;
     s = new_cache(x, "default", &first);
     if (s || (s = add_cache(x, "default", first))) {
