@@ -282,6 +282,53 @@ TEST(cuda_decode_graphs_give_the_kernel_by_kernel_bits) {
         for (int32_t compute = 0; compute < 2; compute++) graph_case(models[i], compute, NULL, 0);
 }
 
+/* Three generations of KEPT_GEN steps from the same prompt on one context (reset between them), graphs on: the
+ * decode attention changes shape at 64 and 128 keys, so the first generation records, launches one by one and
+ * captures each shape; the later ones find every shape's graphs kept (cuda_rt.cu: no step launched one by one, no
+ * graph captured again) and give the first one's bits at every step. */
+#define KEPT_GEN 150
+static void kept_case(const char *name, int32_t compute) {
+    gp_model *m = fx_load_model(name, 0);
+    if (!m) return;
+    gp_ctx *c = graph_ctx(m, "1", compute);
+    const int32_t V = gp_model_n_vocab(m);
+    float *lg = malloc((size_t)V * 4), *first = malloc((size_t)V * 4 * KEPT_GEN);
+    int32_t ids[5] = {1, 2, 3, 4, 5}, differ = 0;
+    uint64_t st[3][3] = {{0}};
+    for (int gen = 0; gen < 3 && c && lg && first; gen++) {
+        gp_ctx_reset(c);
+        CHECK_STATUS(gp_ctx_eval(c, ids, 5, NULL, lg), GP_OK);
+        for (int t = 0; t < KEPT_GEN; t++) {
+            int32_t tok = (t * 7919 + 11) % V;
+            CHECK_STATUS(gp_ctx_eval(c, &tok, 1, NULL, lg), GP_OK);
+            if (gen == 0) memcpy(first + (size_t)t * V, lg, (size_t)V * 4);
+            else differ += memcmp(first + (size_t)t * V, lg, (size_t)V * 4) != 0;
+        }
+        gp_backend_cuda_graph_stats(c->ws, st[gen]);
+    }
+    if (c) {
+        NOTE("%s (%s): %d steps a generation; replayed / built / launched one by one after each: %llu %llu %llu, "
+             "%llu %llu %llu, %llu %llu %llu; steps of later generations whose bits differ: %d", name,
+             compute ? "bf16" : "f32", KEPT_GEN, (unsigned long long)st[0][0], (unsigned long long)st[0][1],
+             (unsigned long long)st[0][2], (unsigned long long)st[1][0], (unsigned long long)st[1][1],
+             (unsigned long long)st[1][2], (unsigned long long)st[2][0], (unsigned long long)st[2][1],
+             (unsigned long long)st[2][2], differ);
+        CHECK(st[0][1] >= 2);                                      /* the first generation captured the shapes */
+        CHECK(st[2][1] == st[0][1] && st[2][2] == st[0][2]);      /* the later ones none again */
+        CHECK(st[2][0] - st[0][0] == 2 * KEPT_GEN);               /* every later step replayed */
+        CHECK_EQ_INT(differ, 0);
+    }
+    free(lg), free(first);
+    gp_ctx_free(c);
+    gp_model_free(m);
+}
+
+TEST(cuda_decode_graphs_kept_across_generations) {
+    const char *models[] = {"tiny-llama3", "tiny-qwen3"};
+    for (int i = 0; i < 2; i++)
+        for (int32_t compute = 0; compute < 2; compute++) kept_case(models[i], compute);
+}
+
 /* The graphs' head launched while the host records the rest of a step: heads of 1, 3 and 7 launches (the default
  * needs 16 launches, more than the fixtures' models have), with a step that differs after its head. */
 TEST(cuda_decode_graph_heads_give_the_kernel_by_kernel_bits) {

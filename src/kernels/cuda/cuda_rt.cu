@@ -29,6 +29,15 @@ typedef struct cu_recording {
     size_t used, arena_cap;
 } cu_recording;
 
+/* A step the recorder keeps: its recording and, once a step repeated it, its graphs (exec[0] the head of `split`
+ * launches, exec[1] the rest). */
+typedef struct cu_kept {
+    cu_recording rec;
+    cudaGraphExec_t exec[2];
+    int split;
+} cu_kept;
+#define KEPT_STEPS 8 /* steps a handle keeps with their graphs, most recent first */
+
 #define VAR_SLOTS 64 /* distinct per-step values a step keeps apart (more are stored as they come) */
 #define OCC_SLOTS 16 /* kernel shapes whose occupancy a handle remembers (gp_cu_occupancy) */
 struct gp_cu {
@@ -37,17 +46,17 @@ struct gp_cu {
     int bf16; /* gp_cu_set_bf16 */
     void *scratch; /* gp_cu_reserve: the tensor-core GEMM's bf16 copy of its input */
     size_t scratch_cap;
-    /* decode steps as CUDA graphs (gp_cu_record): the step being recorded, the last one flushed and its graph */
+    /* decode steps as CUDA graphs (gp_cu_record): the step being recorded, the last steps flushed and their graphs */
     int graphs;            /* GP_CU_GRAPHS_* (OFF as well once a graph failed to build) */
     int step, rec, ran;    /* a decode step is running; it records; how it ran (STEP_*) */
-    int misses, pause;     /* consecutive steps unlike the last; steps left unrecorded after repeated misses */
+    int misses, pause;     /* consecutive steps unlike any kept; steps left unrecorded after repeated misses */
     int phase, n_phase;    /* GRAPHS_AUTO: PHASE_*, and its steps so far */
     double t0, t_sum[2];   /* GRAPHS_AUTO: when the step began (us); the timed launched and replayed steps' time */
     int n_t[2];            /* GRAPHS_AUTO: how many of each were timed */
-    cu_recording cur, last;
-    cudaGraphExec_t exec[2]; /* from `last` when a step repeated it (launches [0, split), [split, n)), else NULL */
-    int split;             /* the launches of exec[0]: the head of a step launched while the host records the rest */
-    int ran_n;             /* launches of the step being recorded that already run (0 or split) */
+    cu_recording cur;
+    cu_kept kept[KEPT_STEPS]; /* the last distinct steps flushed, most recent first (n_kept of them) */
+    int n_kept;
+    int ran_n;             /* launches of the step being recorded that already run (0 or a kept step's split) */
     cudaError_t early;     /* the error of the head's launch, reported by the sync */
     unsigned char *var_h, *var_d; /* gp_cu_var: a step's per-call values, pinned and device copies */
     size_t var_used, var_cap, var_sent; /* bytes written; of those, bytes already uploaded */
@@ -62,14 +71,17 @@ struct gp_cu {
 
 /* ---- decode steps as CUDA graphs ----
  * While a step records (gp_cu_record .. gp_cu_sync), launch() appends each kernel launch with its argument values
- * instead of launching it.  The sync flushes the step: when it equals the last flushed step launch for launch and
- * byte for byte (every per-step value, such as positions, went through gp_cu_var into device memory, so the
- * arguments repeat), the step runs as the CUDA graphs built from it (captured once, replayed as is); otherwise its
- * launches run one by one and it becomes the step the next is compared with.  The graphs are two: the step's head
- * (its first eighth of launches), which a step launches as soon as it has recorded a head like the last one's, so
- * that the GPU runs it while the host records the rest, and the rest.  MISSES steps in a row unlike the
- * last pause recording for PAUSE_STEPS steps (a caller whose arguments change every step pays little: recording
- * delays a step's first kernel by the time the host takes to record it). */
+ * instead of launching it.  The sync flushes the step: when it equals one of the last KEPT_STEPS distinct steps
+ * flushed, launch for launch and byte for byte (every per-step value, such as positions, went through gp_cu_var
+ * into device memory, so the arguments repeat), the step runs as the CUDA graphs built from that one (captured the
+ * first time it repeats, then replayed as they are); otherwise its launches run one by one and it is kept, in place
+ * of the least recently matched.  (Kept, not only the last: a context's decode attention changes shape as its
+ * splits grow, so each generation from an empty cache passes the same few shapes, which one kept step made it
+ * launch one by one and capture again: about 1 ms a shape on an H200, BENCHMARKS.md.)  The graphs are two: the
+ * step's head (its first eighth of launches), which a step launches as soon as it has recorded a head like a kept
+ * one's, so that the GPU runs it while the host records the rest, and the rest.  MISSES steps in a row unlike every
+ * kept one pause recording for PAUSE_STEPS steps (a caller whose arguments change every step pays little:
+ * recording delays a step's first kernel by the time the host takes to record it). */
 #define MISSES 4
 #define PAUSE_STEPS 32
 /* a step: not recorded; replayed as a graph; recorded and launched, or replayed as the graph it just built */
@@ -257,18 +269,24 @@ static cudaError_t rec_capture(gp_cu *d, const cu_recording *c, int i0, int i1, 
     return e;
 }
 
-static void rec_drop(gp_cu *d) {
-    for (int k = 0; k < 2; k++)
-        if (d->exec[k]) cudaGraphExecDestroy(d->exec[k]), d->exec[k] = NULL; /* (one in flight is freed after it) */
+/* k's graphs destroyed (one in flight is freed after it). */
+static void kept_drop(cu_kept *k) {
+    for (int i = 0; i < 2; i++)
+        if (k->exec[i]) cudaGraphExecDestroy(k->exec[i]), k->exec[i] = NULL;
 }
 
-/* d->exec = the graphs of the step `last`: its head of `split` launches (split_of), which the next steps launch as
- * soon as they have recorded it, and the rest; on failure graphs stay off for d. */
-static void rec_build(gp_cu *d) {
-    const int n = d->last.n;
-    d->split = split_of(n);
-    cudaError_t e = d->split ? rec_capture(d, &d->last, 0, d->split, &d->exec[0]) : cudaSuccess;
-    if (e == cudaSuccess) e = rec_capture(d, &d->last, d->split, n, &d->exec[1]);
+/* Every kept step's graphs destroyed (their recordings stay). */
+static void rec_drop(gp_cu *d) {
+    for (int i = 0; i < d->n_kept; i++) kept_drop(&d->kept[i]);
+}
+
+/* k->exec = the graphs of kept step k: its head of `split` launches (split_of), which the next steps like it launch
+ * as soon as they have recorded it, and the rest; on failure graphs stay off for d. */
+static void rec_build(gp_cu *d, cu_kept *k) {
+    const int n = k->rec.n;
+    k->split = split_of(n);
+    cudaError_t e = k->split ? rec_capture(d, &k->rec, 0, k->split, &k->exec[0]) : cudaSuccess;
+    if (e == cudaSuccess) e = rec_capture(d, &k->rec, k->split, n, &k->exec[1]);
     if (e != cudaSuccess) {
         rec_drop(d), d->graphs = GP_CU_GRAPHS_OFF;
         cudaGetLastError(); /* the step runs launch by launch instead */
@@ -297,17 +315,46 @@ static cudaError_t var_upload(gp_cu *d) {
 
 static void var_reset(gp_cu *d) { d->var_used = 0, d->var_sent = 0, d->n_var = 0; }
 
-/* While recording launch d->split of a step whose head repeats the last step's: the head runs now, from its graph,
- * while the host records the rest (its error waits for the sync). */
+/* While recording launch k->split of a step whose head repeats kept step k's (the most recent such): the head runs
+ * now, from k's graph, while the host records the rest (its error waits for the sync). */
 static void rec_head(gp_cu *d) {
-    if (!d->split || d->cur.n != d->split || d->ran_n || !d->exec[0] || !same_head(&d->cur, &d->last, d->split))
+    if (d->ran_n) return;
+    for (int i = 0; i < d->n_kept; i++) {
+        const cu_kept *k = &d->kept[i];
+        if (!k->split || d->cur.n != k->split || !k->exec[0] || !same_head(&d->cur, &k->rec, k->split)) continue;
+        cudaError_t e = var_upload(d);
+        if (e == cudaSuccess) e = cudaGraphLaunch(k->exec[0], d->s);
+        HOST_MARK(HOST_HEAD);
+        trace_range(&d->cur, 0, k->split);
+        d->ran_n = k->split;
+        if (d->early == cudaSuccess) d->early = e;
         return;
-    cudaError_t e = var_upload(d);
-    if (e == cudaSuccess) e = cudaGraphLaunch(d->exec[0], d->s);
-    HOST_MARK(HOST_HEAD);
-    trace_range(&d->cur, 0, d->split);
-    d->ran_n = d->split;
-    if (d->early == cudaSuccess) d->early = e;
+    }
+}
+
+/* Kept step i moved to the front (the most recently matched first). */
+static void kept_front(gp_cu *d, int i) {
+    const cu_kept k = d->kept[i];
+    memmove(&d->kept[1], &d->kept[0], (size_t)i * sizeof k);
+    d->kept[0] = k;
+}
+
+/* The step just recorded kept in front, in place of the least recently matched (its graphs destroyed; its
+ * recording's buffers become the next step's). */
+static void kept_push(gp_cu *d) {
+    if (d->n_kept < KEPT_STEPS) d->n_kept++;
+    cu_kept *k = &d->kept[d->n_kept - 1];
+    kept_drop(k);
+    const cu_recording t = k->rec;
+    k->rec = d->cur, d->cur = t, k->split = 0;
+    kept_front(d, d->n_kept - 1);
+}
+
+/* The kept step the recorded one equals, or -1. */
+static int kept_find(const gp_cu *d) {
+    for (int i = 0; i < d->n_kept; i++)
+        if (same_step(&d->cur, &d->kept[i].rec)) return i;
+    return -1;
 }
 
 /* Ends the recording and runs the step: its per-call values uploaded, then its graphs or its launches (after its
@@ -319,26 +366,27 @@ static cudaError_t rec_flush(gp_cu *d) {
     HOST_MARK(HOST_FLUSH);
     d->rec = 0;
     if (e == cudaSuccess) e = var_upload(d);
-    const int i0 = d->ran_n;
-    if (e == cudaSuccess && d->cur.n && same_step(&d->cur, &d->last)) {
+    const int i0 = d->ran_n, hit = e == cudaSuccess && d->cur.n ? kept_find(d) : -1;
+    if (hit >= 0) {
         d->misses = 0;
+        kept_front(d, hit);
+        cu_kept *k = &d->kept[0];
         /* a step that captures and instantiates its graphs is not timed (ran stays STEP_RECORDED): that cost, once
          * per graph, swamped the timed choice's mean of the replays */
-        const int build = !d->exec[1];
-        if (build) rec_build(d), d->stats[1] += d->exec[1] != NULL;
-        if (d->exec[1]) {
-            if (i0 == 0 && d->split) e = cudaGraphLaunch(d->exec[0], d->s), trace_range(&d->cur, 0, d->split);
-            if (e == cudaSuccess) e = cudaGraphLaunch(d->exec[1], d->s), d->stats[0]++;
+        const int build = !k->exec[1];
+        if (build) rec_build(d, k), d->stats[1] += k->exec[1] != NULL;
+        /* (a head launched from another kept step is this one's when its length is this one's split) */
+        if (k->exec[1] && (i0 == 0 || i0 == k->split)) {
+            if (i0 == 0 && k->split) e = cudaGraphLaunch(k->exec[0], d->s), trace_range(&d->cur, 0, k->split);
+            if (e == cudaSuccess) e = cudaGraphLaunch(k->exec[1], d->s), d->stats[0]++;
             HOST_MARK(HOST_REST);
-            trace_range(&d->cur, d->split, d->cur.n);
+            trace_range(&d->cur, k->split, d->cur.n);
             if (!build) d->ran = STEP_REPLAYED;
         } else e = rec_launch_range(d, &d->cur, i0, d->cur.n), d->stats[2]++;
     } else if (e == cudaSuccess && d->cur.n) {
-        rec_drop(d);
         e = rec_launch_range(d, &d->cur, i0, d->cur.n), d->stats[2]++;
-        if (d->last.n && ++d->misses >= MISSES) d->pause = PAUSE_STEPS, d->misses = 0;
-        const cu_recording t = d->last;
-        d->last = d->cur, d->cur = t;
+        if (d->n_kept && ++d->misses >= MISSES) d->pause = PAUSE_STEPS, d->misses = 0;
+        kept_push(d);
     }
     d->cur.n = 0, d->cur.used = 0, d->ran_n = 0;
     var_reset(d);
@@ -530,7 +578,7 @@ extern "C" void gp_cu_close(gp_cu *d) {
     cudaStreamDestroy(d->s);
     rec_drop(d);
     rec_free(&d->cur);
-    rec_free(&d->last);
+    for (int i = 0; i < KEPT_STEPS; i++) rec_free(&d->kept[i].rec);
     cudaFreeHost(d->var_h);
     cudaFree(d->var_d);
     cudaFree(d->scratch);
