@@ -1410,6 +1410,7 @@ __device__ __forceinline__ void split_decode(const gp_cu_attn &a, const attn_pla
      * other kernels keep their registers and block order: BENCHMARKS.md). */
     const int32_t p = d.pos0, ns = LOOP ? decode_splits(d) : nb;
     const int32_t first = LOOP ? ns - 1 - (int32_t)blockIdx.x : (int32_t)blockIdx.x;
+    if (first < 0) return; /* (LOOP: a grid rounded up past the splits, attn_decode) */
     /* the rope inside (a.rk): its angles and the first split's held rows, which are earlier steps', before the wait
      * for the kernel that writes q, k, v; then every block rotates its heads' queries, the block of the split
      * holding p the new key.  (One call site of stage_split: each one is a large share of the kernel's code.) */
@@ -1557,6 +1558,7 @@ __device__ __forceinline__ void split_decode16(const gp_cu_attn &a, const attn_p
     /* split_decode's order: block b takes splits ns - 1 - b, ns - 1 - b - nb, ... (the first holds p) */
     const int32_t p = d.pos0, ns = CL == 0 ? decode_splits(d) : nb;
     const int32_t first = CL == 0 ? ns - 1 - (int32_t)blockIdx.x : (int32_t)blockIdx.x;
+    if (first < 0) return; /* (a grid rounded up past the splits, attn_decode) */
     const bool early = a.rk != NULL;
     if (early) rope_angles(cs, hd / 2, (float)p, a.inv_freq, pl.bf);
     if (!early) pdl_enter();
@@ -1875,7 +1877,14 @@ static int attn_decode(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl, size_
     static const int64_t sms = gp_cu_sm_count();
     const int64_t cap = forced > 0 ? forced : sms * loop / a->n_kv > 1 ? sms * loop / a->n_kv : 1;
     const int takes = b16 || ATTN_LOOP(pl.G > 8 && !mma ? 1 : 8, 2 << ne, mma, plain); /* (the kernel below) */
-    const int32_t nb = loop && takes && ns > cap ? (int32_t)cap : ns;
+    /* blocks a kv head: where they may take several splits, the splits rounded up to a power of two (the blocks past
+     * them return), at most cap: a grid that changes at 16 and 32 splits, not every 64 positions, keeps the decode
+     * step's graphs (rec_flush); recorded again at each change, about 1 ms on an H200 (BENCHMARKS.md) */
+    int64_t nb = ns;
+    if (loop && takes) {
+        for (nb = 1; nb < ns;) nb *= 2;
+        if (nb > cap) nb = cap;
+    }
     const dim3 grid((unsigned)nb, (unsigned)a->n_kv), blk(32 * (pl.G < 8 || mma ? 8 : pl.G));
     gp_cu_attn c = *a;
     attn_plan pc = pl;
