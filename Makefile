@@ -105,6 +105,7 @@ test-cuda: cuda
 	    GP_CU_ATTN_PER=2 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GP_CU_WG_FULL=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GP_CU_DEC_LOOP_CAP=3 ./build-cuda/run_tests cuda backend_ops || exit 1; \
+	    GP_CU_DEC_LOOP_CAP=3 GP_CU_GLU_DYN=0 ./build-cuda/run_tests cuda backend_ops || exit 1; \
 	    GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity ./build-cuda/run_tests $(CUDA_SUITES); \
 	    GP_CU_ATTN_LOOP_BLOCKS=1 GENPARITY_TEST_DEVICE=cuda GENPARITY_BIN=build-cuda/genparity \
 	        ./build-cuda/run_tests generate_parity bf16_mode invariance cuda_decode_graph; \

@@ -401,33 +401,45 @@ __global__ void __launch_bounds__(64 * CHAINS)
 
 /* One token through gate and up after the input's RMSNorm, on looping blocks, with mma_decode_glu_kernel's bits: for
  * rows in more groups of 8 than fit at once and columns a multiple of 2 DEC_UNR 32 CHAINS (each chain K = cols /
- * (32 CHAINS) chunks, whole pairs of buffers).  Block b takes the groups b, b + gridDim.x, .. (ng of them); its warps'
- * loads are one stream across them, DEC_UNR chunks a buffer (twice the GLU kernel's: 72 registers, 3 blocks a
- * multiprocessor): the next group's first chunks are in flight while this group's last ones are multiplied, and every
- * block's first loads go out before the wait, where a second wave of blocks waited for its first loads again.  The
- * norm is computed once a block, straight into a bf16 copy (norm_x_regs, or norm_x for rows wider than NORM_REGS
- * elements a thread: a chunk's input is then one 16-byte read of shared memory, not 32 bytes to round).  A group's
- * sums pass through part[group & 1]: one barrier a group.  (Measured on an H200, alone: Llama-3.2-1B's gate|up 24.0 ->
- * 23.6 us, the 8B shape's 68.4 -> 66.1; decoding, where the first loads overlap the previous kernel, tg +0.5-3.5%.  The
- * same loop with 2 chunks a buffer and float32 input was slower than separate blocks, 8 chunks at 116 registers no
- * better on Llama-3.2-1B: BENCHMARKS.md.) */
+ * (32 CHAINS) chunks, whole pairs of buffers).  With ctr (gp_cu_counters), each block claims its groups one at a time
+ * from ctr[0], two ahead of the one it multiplies, and the last block out sets the counters to zero again; without,
+ * block b takes the groups b, b + gridDim.x, ..  (A group's numbers do not depend on the block that computes it.  The
+ * grid's blocks sit unevenly on the multiprocessors, 1 to 3 each when the previous kernel still holds some, and a block
+ * streams slower the more blocks share its multiprocessor: with fixed groups Llama-3.2-1B's blocks ended 8.3 us apart
+ * on an H200, with claimed ones on every block that fits 5.1 us; the 8B shape's decode 1.4-2.0% faster.)  The warps' loads are one stream across the block's groups, DEC_UNR chunks a
+ * buffer (twice the GLU kernel's: 70 registers, 3 blocks a multiprocessor): the next group's first chunks are in
+ * flight while this group's last ones are multiplied, and every block's first loads go out before the wait, where a
+ * second wave of blocks waited for its first loads again.  The norm is computed once a block, straight into a bf16
+ * copy (norm_x_regs, or norm_x for rows wider than NORM_REGS elements a thread: a chunk's input is then one 16-byte
+ * read of shared memory, not 32 bytes to round).  A group's sums pass through part[group & 1]: one barrier a group.
+ * (Measured on an H200, alone: Llama-3.2-1B's gate|up 24.0 -> 23.6 us, the 8B shape's 68.4 -> 66.1; decoding, where
+ * the first loads overlap the previous kernel, tg +0.5-3.5%.  The same loop with 2 chunks a buffer and float32 input
+ * was slower than separate blocks, 8 chunks at 116 registers no better on Llama-3.2-1B: BENCHMARKS.md.) */
 template <int DT>
 __global__ void __launch_bounds__(64 * CHAINS, 3)
     mma_decode_glu_loop_kernel(float *__restrict__ y, const float *__restrict__ x, norm_args nm,
                                const void *__restrict__ G, const void *__restrict__ U, int64_t rows, int64_t cols,
-                               const void *bg, const void *bu, int bdt, int act, int mode) {
+                               const void *bg, const void *bu, int bdt, int act, int mode, unsigned *ctr) {
     extern __shared__ __align__(16) float xs[];
     __shared__ float part[2][2][CHAINS][32][4];
+    __shared__ int64_t s_grp[4]; /* the block's j-th group at [j & 3] (claimed two ahead; >= groups: none) */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int which = warp / CHAINS, chain = warp % CHAINS;
-    const int ng = (int)(((rows + 7) / 8 - blockIdx.x + gridDim.x - 1) / gridDim.x);
+    const int64_t groups = (rows + 7) / 8;
     const int K = (int)(cols / (32 * CHAINS));
     const void *__restrict__ W = which ? U : G;
-    auto r0_of = [&](int j) { return ((int64_t)blockIdx.x + (int64_t)j * gridDim.x) * 8; };
+    /* ctr: groups claimed from ctr[0] one at a time (the blocks on the least busy multiprocessors take more); else
+     * block b's groups b, b + gridDim.x, .. */
+    auto claim = [&](int j) {
+        return ctr ? (int64_t)atomicAdd(ctr, 1u) : (int64_t)blockIdx.x + (int64_t)j * gridDim.x;
+    };
+    if (threadIdx.x == 0) s_grp[0] = claim(0), s_grp[1] = claim(1);
+    __syncthreads();
+    auto r0_of = [&](int j) { return s_grp[j & 3] * 8; };
     uint4 wa[DEC_UNR], wb[DEC_UNR];
     int lj = 0, lk = 0; /* the next load's group and chunk of the chain */
     auto load_next = [&](uint4 *b) {
-        if (lj >= ng) return;
+        if (s_grp[lj & 3] >= groups) return;
         const int64_t r0 = r0_of(lj), wr = r0 + g < rows ? r0 + g : rows - 1;
 #pragma unroll
         for (int u = 0; u < DEC_UNR; u++) b[u] = w8<DT>(W, wr, cols, chain_chunk(chain, lk + u) * 32 + 8 * c);
@@ -445,6 +457,7 @@ __global__ void __launch_bounds__(64 * CHAINS, 3)
     auto finish = [&](int j) { /* group j's chains summed, then act(gate) * up as mma_decode_glu_kernel */
 #pragma unroll
         for (int i = 0; i < 4; i++) part[j & 1][which][chain][lane][i] = acc[i], acc[i] = 0.0f;
+        if (threadIdx.x == 0) s_grp[(j + 2) & 3] = s_grp[(j + 1) & 3] < groups ? claim(j + 2) : groups;
         __syncthreads();
         if (!warp && !g) glu_store(y, part[j & 1], lane, r0_of(j) + 2 * c, rows, bg, bu, bdt, act, mode);
     };
@@ -455,7 +468,7 @@ __global__ void __launch_bounds__(64 * CHAINS, 3)
     pdl_enter((mode & GP_CU_EARLY) != 0);
     const bool regs = cols <= NORM_REGS * 64 * CHAINS;
     xin = regs ? norm_x_regs(x, (uint4 *)xs, cols, nm, ne) : norm_x(x, (uint4 *)xs, cols, nm);
-    for (int j = 0; j < ng; j++) {
+    for (int j = 0; s_grp[j & 3] < groups; j++) {
         for (int k0 = 0; k0 < K; k0 += 2 * DEC_UNR) {
             mul(wa, k0);
             load_next(wa);
@@ -463,6 +476,10 @@ __global__ void __launch_bounds__(64 * CHAINS, 3)
             load_next(wb);
         }
         finish(j);
+    }
+    if (ctr && threadIdx.x == 0) { /* the last block out sets the counters to zero for the next launch */
+        __threadfence();
+        if (atomicAdd(ctr + 1, 1u) == gridDim.x - 1) ctr[0] = 0, ctr[1] = 0;
     }
 }
 
@@ -1785,7 +1802,8 @@ extern "C" int gp_cu_matmul_mma_add_chunk(gp_cu *d, float *y, const float *x, co
 
 /* gp_cu_matmul_mma_glu's looping form (mma_decode_glu_loop_kernel) where the norm is fused, the columns are a
  * multiple of 2 DEC_UNR 32 CHAINS and the groups of 8 rows outnumber the blocks that fit at once (loop_grid;
- * GP_CU_GLU_LOOP=0: never); the groups spread evenly, ceil(groups / blocks) a block.  Returns whether it launched. */
+ * GP_CU_GLU_LOOP=0: never): as many blocks as fit, claiming their groups (GP_CU_GLU_DYN=0: fixed groups, ceil(groups /
+ * blocks) a block, spread evenly).  Returns whether it launched. */
 template <int DT>
 static bool launch_glu_loop(gp_cu *d, float *y, const float *x, const gp_cu_norm *nm, const norm_args &na,
                             const gp_cu_wt *g, const gp_cu_wt *u, const void *bg, const void *bu, int bdt, int act,
@@ -1796,9 +1814,10 @@ static bool launch_glu_loop(gp_cu *d, float *y, const float *x, const gp_cu_norm
     const bool fits = on && nm && g->cols % (64 * CHAINS * DEC_UNR) == 0;
     const int64_t lg = fits ? loop_grid(d, (const void *)mma_decode_glu_loop_kernel<DT>, 64 * CHAINS, xs, groups) : 0;
     if (!lg) return false;
-    const int64_t per = (groups + lg - 1) / lg;
-    launch(mma_decode_glu_loop_kernel<DT>, dim3((unsigned)((groups + per - 1) / per)), dim3(64 * CHAINS), xs, d, y,
-           x, na, g->data, u->data, g->rows, g->cols, bg, bu, bdt, act, mode);
+    static const int dyn = env_int("GP_CU_GLU_DYN", 1);
+    const int64_t per = (groups + lg - 1) / lg, grid = dyn ? lg : (groups + per - 1) / per;
+    launch(mma_decode_glu_loop_kernel<DT>, dim3((unsigned)grid), dim3(64 * CHAINS), xs, d, y, x, na, g->data, u->data,
+           g->rows, g->cols, bg, bu, bdt, act, mode, dyn ? gp_cu_counters(d) : (unsigned *)NULL);
     return true;
 }
 

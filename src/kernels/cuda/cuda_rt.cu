@@ -67,6 +67,7 @@ struct gp_cu {
     struct { const float *x; int64_t cols; int32_t n; size_t off; uint64_t at; gp_cu_norm nm; int has_nm; } hand;
     struct { const void *k; int threads; size_t smem; int per; } occ[OCC_SLOTS]; /* gp_cu_occupancy's answers */
     int n_occ;
+    unsigned *ctr; /* gp_cu_counters */
 };
 
 /* ---- decode steps as CUDA graphs ----
@@ -562,8 +563,12 @@ extern "C" int gp_cu_open(int32_t dev, gp_cu **out, char *msg, size_t cap) {
     d->dev = dev;
     cudaError_t e = cudaSetDevice(dev);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&d->s, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&d->ctr, 64);
+    if (e == cudaSuccess) e = cudaMemsetAsync(d->ctr, 0, 64, d->s); /* (before every kernel of the stream) */
     if (e != cudaSuccess) {
         if (msg) snprintf(msg, cap, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+        if (d->s) cudaStreamDestroy(d->s);
+        cudaFree(d->ctr);
         free(d);
         return (int)e;
     }
@@ -582,6 +587,7 @@ extern "C" void gp_cu_close(gp_cu *d) {
     cudaFreeHost(d->var_h);
     cudaFree(d->var_d);
     cudaFree(d->scratch);
+    cudaFree(d->ctr);
     free(d);
 }
 
@@ -664,6 +670,8 @@ extern "C" int gp_cu_occupancy(gp_cu *d, const void *k, int threads, size_t smem
     }
     return per;
 }
+
+extern "C" unsigned *gp_cu_counters(gp_cu *d) { return d->ctr; }
 
 extern "C" int gp_cu_host_alloc(void **p, size_t bytes) {
     *p = NULL;
