@@ -404,28 +404,30 @@ __device__ __forceinline__ const float *input_of(const float *x, float *xs, int6
  * faster; with 8 per thread, Llama-3.2-1B's 2048 rows were 1-2% slower, so those keep input_of.  The bf16 mode's
  * tensor-core GLU kernel does not use it: Llama-3.2-1B 3% slower there, Qwen3-0.6B 1-3% faster.) */
 #define NORM_REGS 4
-struct norm_early {
-    float g[NORM_REGS];
+template <int NR = NORM_REGS>
+struct norm_early_t {
+    float g[NR];
 };
-template <bool NORM>
-__device__ __forceinline__ void norm_prefetch(norm_early &ne, const norm_args &nm, int64_t cols) {
+typedef norm_early_t<> norm_early;
+template <bool NORM, int NR = NORM_REGS>
+__device__ __forceinline__ void norm_prefetch(norm_early_t<NR> &ne, const norm_args &nm, int64_t cols) {
 #pragma unroll
-    for (int k = 0; k < NORM_REGS; k++) {
+    for (int k = 0; k < NR; k++) {
         const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-        ne.g[k] = NORM && i < cols && cols <= NORM_REGS * (int64_t)blockDim.x ? wt_at(nm.w, nm.dt, i) : 0.0f;
+        ne.g[k] = NORM && i < cols && cols <= NR * (int64_t)blockDim.x ? wt_at(nm.w, nm.dt, i) : 0.0f;
     }
 }
 /* The register path's first half: this thread's elements v[k] = x[threadIdx.x + k blockDim.x] (zeros past cols)
  * read once; returns rms_inv's value (rms_partial's elements and order). */
-__device__ __forceinline__ float rms_inv_regs(const float *x, int64_t cols, const norm_args &nm,
-                                              float (&v)[NORM_REGS]) {
+template <int NR>
+__device__ __forceinline__ float rms_inv_regs(const float *x, int64_t cols, const norm_args &nm, float (&v)[NR]) {
     __shared__ float sh[32];
     const int nb = blockDim.x;
     float ss = 0.0f;
 #pragma unroll
-    for (int k = 0; k < NORM_REGS; k++) v[k] = threadIdx.x + k * nb < cols ? x[threadIdx.x + k * nb] : 0.0f;
+    for (int k = 0; k < NR; k++) v[k] = threadIdx.x + k * nb < cols ? x[threadIdx.x + k * nb] : 0.0f;
 #pragma unroll
-    for (int k = 0; k < NORM_REGS; k++)
+    for (int k = 0; k < NR; k++)
         if (threadIdx.x + k * nb < cols) ss += v[k] * v[k];
     return rms_scale(block_sum(ss, sh), (int32_t)cols, nm.eps, nm.bf);
 }

@@ -126,16 +126,18 @@ __device__ __forceinline__ const float *norm_x(const float *__restrict__ x, uint
 }
 
 /* norm_x's bits with the norm weights read before the wait (ne: norm_prefetch's) and each thread's elements of x
- * read once, held in registers from the sum of squares to the scaling (input_of's register path, rows of up to
- * NORM_REGS elements a thread), each output stored as its bf16 half-word (pack2 rounds each half alone). */
+ * read once, held in registers from the sum of squares to the scaling (input_of's register path, rows of up to NR
+ * elements a thread: NORM_REGS, the looping GLU's GLU_NORM_REGS), each output stored as its bf16 half-word (pack2
+ * rounds each half alone). */
+template <int NR = NORM_REGS>
 __device__ __forceinline__ const float *norm_x_regs(const float *__restrict__ x, uint4 *xs, int64_t cols,
-                                                    const norm_args &nm, const norm_early &ne) {
+                                                    const norm_args &nm, const norm_early_t<NR> &ne) {
     const int nb = blockDim.x;
-    float v[NORM_REGS];
+    float v[NR];
     const float inv = rms_inv_regs(x, cols, nm, v);
     __nv_bfloat16 *xh = (__nv_bfloat16 *)xs;
 #pragma unroll
-    for (int k = 0; k < NORM_REGS; k++)
+    for (int k = 0; k < NR; k++)
         if (threadIdx.x + k * nb < cols)
             xh[threadIdx.x + k * nb] = __float2bfloat16_rn(rms_val(v[k], inv, ne.g[k], nm.plus_one, nm.bf));
     __syncthreads();
@@ -399,22 +401,28 @@ __global__ void __launch_bounds__(64 * CHAINS)
     glu_store(y, part, lane, r0 + 2 * c, rows, bg, bu, bdt, act, mode);
 }
 
+/* The looping GLU's register path for the norm: up to 8 elements a thread (80 registers, 3 blocks a multiprocessor as
+ * before).  Llama-3.2-1B's 2,048 columns went through norm_x, which reads x twice and the norm weights after the
+ * wait, 2.1-2.4 us from a block's wait to its input on an H200; tg128 +1.3-3.5% since (BENCHMARKS.md). */
+#define GLU_NORM_REGS 8
+
 /* One token through gate and up after the input's RMSNorm, on looping blocks, with mma_decode_glu_kernel's bits: for
- * rows in more groups of 8 than fit at once and columns a multiple of 2 DEC_UNR 32 CHAINS (each chain K = cols /
- * (32 CHAINS) chunks, whole pairs of buffers).  With ctr (gp_cu_counters), each block claims its groups one at a time
- * from ctr[0], two ahead of the one it multiplies, and the last block out sets the counters to zero again; without,
- * block b takes the groups b, b + gridDim.x, ..  (A group's numbers do not depend on the block that computes it.  The
- * grid's blocks sit unevenly on the multiprocessors, 1 to 3 each when the previous kernel still holds some, and a block
+ * rows in more groups of 8 than fit at once and columns a multiple of 2 DEC_UNR 32 CHAINS (each chain K = cols / (32
+ * CHAINS) chunks, whole pairs of buffers).  With ctr (gp_cu_counters), each block claims its groups one at a time from
+ * ctr[0], two ahead of the one it multiplies, and the last block out sets the counters to zero again; without, block b
+ * takes the groups b, b + gridDim.x, ..  (A group's numbers do not depend on the block that computes it.  The grid's
+ * blocks sit unevenly on the multiprocessors, 1 to 3 each when the previous kernel still holds some, and a block
  * streams slower the more blocks share its multiprocessor: with fixed groups Llama-3.2-1B's blocks ended 8.3 us apart
- * on an H200, with claimed ones on every block that fits 5.1 us; the 8B shape's decode 1.4-2.0% faster.)  The warps' loads are one stream across the block's groups, DEC_UNR chunks a
- * buffer (twice the GLU kernel's: 70 registers, 3 blocks a multiprocessor): the next group's first chunks are in
- * flight while this group's last ones are multiplied, and every block's first loads go out before the wait, where a
- * second wave of blocks waited for its first loads again.  The norm is computed once a block, straight into a bf16
- * copy (norm_x_regs, or norm_x for rows wider than NORM_REGS elements a thread: a chunk's input is then one 16-byte
- * read of shared memory, not 32 bytes to round).  A group's sums pass through part[group & 1]: one barrier a group.
- * (Measured on an H200, alone: Llama-3.2-1B's gate|up 24.0 -> 23.6 us, the 8B shape's 68.4 -> 66.1; decoding, where
- * the first loads overlap the previous kernel, tg +0.5-3.5%.  The same loop with 2 chunks a buffer and float32 input
- * was slower than separate blocks, 8 chunks at 116 registers no better on Llama-3.2-1B: BENCHMARKS.md.) */
+ * on an H200, with claimed ones on every block that fits 5.1 us; the 8B shape's decode 1.4-2.0% faster.)  The warps'
+ * loads are one stream across the block's groups, DEC_UNR chunks a buffer (twice the GLU kernel's: 80 registers, 3
+ * blocks a multiprocessor): the next group's first chunks are in flight while this group's last ones are multiplied,
+ * and every block's first loads go out before the wait, where a second wave of blocks waited for its first loads again.
+ * The norm is computed once a block, straight into a bf16 copy (norm_x_regs up to GLU_NORM_REGS elements a thread, or
+ * norm_x for wider rows: a chunk's input is then one 16-byte read of shared memory, not 32 bytes to round).  A group's
+ * sums pass through part[group & 1]: one barrier a group.  (Measured on an H200, alone: Llama-3.2-1B's gate|up 24.0 ->
+ * 23.6 us, the 8B shape's 68.4 -> 66.1; decoding, where the first loads overlap the previous kernel, tg +0.5-3.5%.  The
+ * same loop with 2 chunks a buffer and float32 input was slower than separate blocks, 8 chunks at 116 registers no
+ * better on Llama-3.2-1B: BENCHMARKS.md.) */
 template <int DT>
 __global__ void __launch_bounds__(64 * CHAINS, 3)
     mma_decode_glu_loop_kernel(float *__restrict__ y, const float *__restrict__ x, norm_args nm,
@@ -461,12 +469,12 @@ __global__ void __launch_bounds__(64 * CHAINS, 3)
         __syncthreads();
         if (!warp && !g) glu_store(y, part[j & 1], lane, r0_of(j) + 2 * c, rows, bg, bu, bdt, act, mode);
     };
-    norm_early ne;
-    norm_prefetch<true>(ne, nm, cols); /* (before the wait: nothing writes the norm weights) */
+    norm_early_t<GLU_NORM_REGS> ne;
+    norm_prefetch<true, GLU_NORM_REGS>(ne, nm, cols); /* (before the wait: nothing writes the norm weights) */
     load_next(wa);
     load_next(wb);
     pdl_enter((mode & GP_CU_EARLY) != 0);
-    const bool regs = cols <= NORM_REGS * 64 * CHAINS;
+    const bool regs = cols <= GLU_NORM_REGS * 64 * CHAINS;
     xin = regs ? norm_x_regs(x, (uint4 *)xs, cols, nm, ne) : norm_x(x, (uint4 *)xs, cols, nm);
     for (int j = 0; s_grp[j & 3] < groups; j++) {
         for (int k0 = 0; k0 < K; k0 += 2 * DEC_UNR) {
