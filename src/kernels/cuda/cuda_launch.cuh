@@ -402,7 +402,8 @@ __device__ __forceinline__ const float *input_of(const float *x, float *xs, int6
  * once, held in registers from the sum of squares to the scaling; rms_partial's and rms_apply's elements and order,
  * so input_of's bits.  (Measured on the H100, float32 mode: Qwen3-0.6B's 1024-wide rows, 4 per thread, decode 6-9%
  * faster; with 8 per thread, Llama-3.2-1B's 2048 rows were 1-2% slower, so those keep input_of.  The bf16 mode's
- * tensor-core GLU kernel does not use it: Llama-3.2-1B 3% slower there, Qwen3-0.6B 1-3% faster.) */
+ * tensor-core GLU kernel does not use it: Llama-3.2-1B 3% slower there, Qwen3-0.6B 1-3% faster.  The bf16 mode's
+ * looping GLU takes 8 per thread, NR = GLU_NORM_REGS: Llama-3.2-1B 1.3-3.5% faster on an H200.) */
 #define NORM_REGS 4
 template <int NR = NORM_REGS>
 struct norm_early_t {

@@ -409,20 +409,21 @@ __global__ void __launch_bounds__(64 * CHAINS)
 /* One token through gate and up after the input's RMSNorm, on looping blocks, with mma_decode_glu_kernel's bits: for
  * rows in more groups of 8 than fit at once and columns a multiple of 2 DEC_UNR 32 CHAINS (each chain K = cols / (32
  * CHAINS) chunks, whole pairs of buffers).  With ctr (gp_cu_counters), each block claims its groups one at a time from
- * ctr[0], two ahead of the one it multiplies, and the last block out sets the counters to zero again; without, block b
- * takes the groups b, b + gridDim.x, ..  (A group's numbers do not depend on the block that computes it.  The grid's
- * blocks sit unevenly on the multiprocessors, 1 to 3 each when the previous kernel still holds some, and a block
- * streams slower the more blocks share its multiprocessor: with fixed groups Llama-3.2-1B's blocks ended 8.3 us apart
- * on an H200, with claimed ones on every block that fits 5.1 us; the 8B shape's decode 1.4-2.0% faster.)  The warps'
- * loads are one stream across the block's groups, DEC_UNR chunks a buffer (twice the GLU kernel's: 80 registers, 3
- * blocks a multiprocessor): the next group's first chunks are in flight while this group's last ones are multiplied,
- * and every block's first loads go out before the wait, where a second wave of blocks waited for its first loads again.
- * The norm is computed once a block, straight into a bf16 copy (norm_x_regs up to GLU_NORM_REGS elements a thread, or
- * norm_x for wider rows: a chunk's input is then one 16-byte read of shared memory, not 32 bytes to round).  A group's
- * sums pass through part[group & 1]: one barrier a group.  (Measured on an H200, alone: Llama-3.2-1B's gate|up 24.0 ->
- * 23.6 us, the 8B shape's 68.4 -> 66.1; decoding, where the first loads overlap the previous kernel, tg +0.5-3.5%.  The
- * same loop with 2 chunks a buffer and float32 input was slower than separate blocks, 8 chunks at 116 registers no
- * better on Llama-3.2-1B: BENCHMARKS.md.) */
+ * ctr[0] (the first two before its wait: the kernel after it, which it lets in early, must not use ctr), two ahead of
+ * the one it multiplies, and the last block out sets the counters to zero again; without, block b takes the groups
+ * b, b + gridDim.x, ..  (A group's numbers do not depend on the block that computes it.  The grid's blocks sit unevenly
+ * on the multiprocessors, 1 to 3 each when the previous kernel still holds some, and a block streams slower the more
+ * blocks share its multiprocessor: with fixed groups Llama-3.2-1B's blocks ended 8.3 us apart on an H200, with claimed
+ * ones on every block that fits 5.1 us; the 8B shape's decode 1.4-2.0% faster.)  The warps' loads are one stream across
+ * the block's groups, DEC_UNR chunks a buffer (twice the GLU kernel's: 80 registers, 3 blocks a multiprocessor): the
+ * next group's first chunks are in flight while this group's last ones are multiplied, and every block's first loads go
+ * out before the wait, where a second wave of blocks waited for its first loads again.  The norm is computed once a
+ * block, straight into a bf16 copy (norm_x_regs up to GLU_NORM_REGS elements a thread, or norm_x for wider rows: a
+ * chunk's input is then one 16-byte read of shared memory, not 32 bytes to round).  A group's sums pass through
+ * part[group & 1]: one barrier a group.  (Measured on an H200, alone: Llama-3.2-1B's gate|up 24.0 -> 23.6 us, the 8B
+ * shape's 68.4 -> 66.1; decoding, where the first loads overlap the previous kernel, tg +0.5-3.5%.  The same loop with
+ * 2 chunks a buffer and float32 input was slower than separate blocks, 8 chunks at 116 registers no better on
+ * Llama-3.2-1B: BENCHMARKS.md.) */
 template <int DT>
 __global__ void __launch_bounds__(64 * CHAINS, 3)
     mma_decode_glu_loop_kernel(float *__restrict__ y, const float *__restrict__ x, norm_args nm,

@@ -116,8 +116,10 @@ int gp_cu_sm_count(void);
  * fails; remembered by d for the first 16 shapes it is asked (the API takes 0.25-0.39 us of the host's time a query
  * on the H200 machine, and a decode step asks for most of its staged projections: about 50 a step). */
 int gp_cu_occupancy(gp_cu *d, const void *k, int threads, size_t smem);
-/* d's work counters in device memory (zeros, 2 unsigned): the looping kernels' blocks claim their groups from them
- * and the last block to finish sets them to zero again; d owns them (one kernel uses them at a time on its stream). */
+/* d's work counters in device memory (zeros, 2 unsigned): the looping GLU's blocks claim their groups from them, from
+ * before their wait, and the last block to finish sets them to zero again; d owns them.  One launch uses them at a
+ * time: the kernel after a looping GLU, which it lets in early, must not use them (in a decode step it is the down
+ * projection). */
 unsigned *gp_cu_counters(gp_cu *d);
 
 /* Pinned host memory (copies from it run asynchronously). */
