@@ -772,14 +772,15 @@ TEST(backend_ops_composite_ops_give_their_parts_bits) {
         int bad = 0;
         /* 37: a device's prefill kernels; 300: three tiles of 128 tokens */
         const int32_t ns[] = {1, 5, 37, 300};
-        /* 1024: wide enough for a fused norm; 2048: a device's norm too wide for its registers */
-        const int32_t es[] = {48, 1024, 2048};
+        /* 1024: wide enough for a fused norm; 2048: a device's norm too wide for 4 values a thread in registers (the
+         * looping GLU's takes 8); 4096: too wide for those 8 as well */
+        const int32_t es[] = {48, 1024, 2048, 4096};
         for (int32_t mode = 0; mode < 2; mode++)
             for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
                 for (size_t e = 0; e < sizeof es / sizeof es[0]; e++)
                     bad += composite_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, ns[i], es[e]);
         NOTE("%s: linears / linear_glu [after a norm] / linear_add / rope_qk vs their parts (f32 and bf16 modes, 1, 5, "
-             "37 and 300 tokens, 48, 1024 and 2048 features): %d outputs differ (want 0)", BACKENDS[b].name, bad);
+             "37 and 300 tokens, 48, 1024, 2048 and 4096 features): %d outputs differ (want 0)", BACKENDS[b].name, bad);
         CHECK_EQ_INT(bad, 0);
         gp_backend_free(be);
     }
