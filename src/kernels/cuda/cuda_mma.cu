@@ -280,7 +280,9 @@ __device__ __forceinline__ void store_token(const float *acc, int lane, int64_t 
  * STAGE (one token): the block first copies x into dynamic shared memory as bf16 (stage_x<SXU>; 2 cols bytes).
  * NORM (one token, staged): x's RMSNorm by nm instead (norm_x; norm_x_regs, its weights read before the wait, for
  * rows of up to NORM_REGS elements a thread), the block rms_threads(cols) = 128 or 256 threads: one or two groups of
- * 8 rows (warps CHAINS q .. for group q; a group past the parts computes nothing it stores). */
+ * 8 rows (warps CHAINS q .. for group q; a group past the parts computes nothing it stores).  (8 elements a thread in
+ * the deep kernel, as the looping GLU's, kept 2 blocks a multiprocessor at 126 registers, but Llama-3.2-1B's 2,048
+ * columns decoded 0.7-1.2% slower on an H200: BENCHMARKS.md, forty-sixth session.) */
 template <int DT, bool STAGE, bool NORM = false, int UNR = DEC_UNR, int SXU = 8>
 __global__ void __launch_bounds__(NORM ? 64 * CHAINS : 32 * CHAINS)
     mma_decode_kernel(mma_parts p, const float *__restrict__ x, int64_t cols, int32_t n, int mode, float alpha,
