@@ -17,6 +17,7 @@ began recording, launched the head's graph, ended the recording, launched the re
 printed first."""
 import collections
 import re
+import statistics
 import sys
 
 
@@ -27,22 +28,26 @@ def short(name):
 
 
 def host_summary(path):
-    """The host's mean µs a step between its marks (steps that ran as graphs, the first third left out)."""
+    """The host's mean and median µs a step between its marks (steps that ran as graphs, the first third left out;
+    with the sixth mark, the head's per-step values' upload, the head's part split in two)."""
     try:
         rows = [[float(v) for v in line.split()] for line in open(path)]
     except OSError:
         return
-    rows = [r for r in rows if r[1] > 0 and r[3] > 0]
+    rows = [r + [0.0] * (6 - len(r)) for r in rows if r[1] > 0 and r[3] > 0]
     rows = rows[len(rows) // 3:]
-    names = ["recording to the head's launch", "the rest's recording", "its launch", "until the sync returned",
-             "the caller, to the next step"]
-    sums, n = [0.0] * 5, 0
+    up = bool(rows) and all(r[5] > 0 for r in rows)
+    names = (["recording and the upload", "the head's launch"] if up else ["recording to the head's launch"]) + \
+        ["the rest's recording", "its launch", "until the sync returned", "the caller, to the next step"]
+    parts = []
     for a, b in zip(rows, rows[1:]):
-        d = [a[1] - a[0], a[2] - a[1], a[3] - a[2], a[4] - a[3], b[0] - a[4]]
-        if min(d) >= 0 and d[4] < 1000:  # (longer: a pause between runs, not a step's turn)
-            sums, n = [x + y for x, y in zip(sums, d)], n + 1
-    if n:
-        print("host, %d steps, mean us: " % n + ", ".join("%s %.1f" % (k, v / n) for k, v in zip(names, sums)))
+        d = ([a[5] - a[0], a[1] - a[5]] if up else [a[1] - a[0]]) + [a[2] - a[1], a[3] - a[2], a[4] - a[3], b[0] - a[4]]
+        if min(d) >= 0 and d[-1] < 1000:  # (longer: a pause between runs, not a step's turn)
+            parts.append(d)
+    if parts:
+        cols = list(zip(*parts))
+        print("host, %d steps, mean / median us: " % len(parts) +
+              ", ".join("%s %.1f / %.1f" % (k, statistics.mean(c), statistics.median(c)) for k, c in zip(names, cols)))
 
 
 def main():

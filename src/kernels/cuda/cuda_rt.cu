@@ -188,9 +188,10 @@ static void trace_launch(const void *func, dim3 grid) {
 }
 static int trace_mute; /* while a graph is captured: its launches are logged each time it is replayed */
 /* The host's side of each step (µs, CLOCK_MONOTONIC): HOST_REC gp_cu_record, HOST_HEAD the head's graph launched,
- * HOST_FLUSH the recording ended (gp_cu_sync), HOST_REST the rest launched, HOST_DONE the sync returned; written to
- * $GP_CU_TRACE_FILE.host at exit, a line a step. */
-enum { HOST_REC, HOST_HEAD, HOST_FLUSH, HOST_REST, HOST_DONE, HOST_N };
+ * HOST_FLUSH the recording ended (gp_cu_sync), HOST_REST the rest launched, HOST_DONE the sync returned, HOST_UP the
+ * head's per-step values uploaded (before its graph's launch); written to $GP_CU_TRACE_FILE.host at exit, a line a
+ * step in that order. */
+enum { HOST_REC, HOST_HEAD, HOST_FLUSH, HOST_REST, HOST_DONE, HOST_UP, HOST_N };
 #define HOST_CAP 65536
 static double (*host_t)[HOST_N];
 static size_t n_host;
@@ -204,7 +205,8 @@ static void host_dump(const char *fn) {
     snprintf(path, sizeof path, "%s.host", fn);
     FILE *f = host_t ? fopen(path, "w") : NULL;
     for (size_t i = 0; f && i < n_host; i++)
-        fprintf(f, "%.3f %.3f %.3f %.3f %.3f\n", host_t[i][0], host_t[i][1], host_t[i][2], host_t[i][3], host_t[i][4]);
+        fprintf(f, "%.3f %.3f %.3f %.3f %.3f %.3f\n", host_t[i][0], host_t[i][1], host_t[i][2], host_t[i][3],
+                host_t[i][4], host_t[i][5]);
     if (f) fclose(f);
 }
 #define HOST_MARK(k) host_mark(k)
@@ -324,6 +326,7 @@ static void rec_head(gp_cu *d) {
         const cu_kept *k = &d->kept[i];
         if (!k->split || d->cur.n != k->split || !k->exec[0] || !same_head(&d->cur, &k->rec, k->split)) continue;
         cudaError_t e = var_upload(d);
+        HOST_MARK(HOST_UP);
         if (e == cudaSuccess) e = cudaGraphLaunch(k->exec[0], d->s);
         HOST_MARK(HOST_HEAD);
         trace_range(&d->cur, 0, k->split);
