@@ -13,8 +13,8 @@ of it passed its wait for the previous kernel, and the kernel's name.  Kernels p
 the wait plus the hand-over to the next).  Steps are cut at the one-token embeddings (1 block); the first third is
 left out (warm-up).  Prints the mean span per kernel and block count over the steps, and with --steps the mean per
 position in the step.  With graphs, the build also writes t.txt.host, the host's side of each recorded step (when it
-began recording, launched the head's graph, ended the recording, launched the rest, saw the step done); its means are
-printed first."""
+began recording, launched the head's graph, ended the recording, launched the rest, saw the step done, and had uploaded
+the head's per-step values); its means and medians are printed first."""
 import collections
 import re
 import statistics
