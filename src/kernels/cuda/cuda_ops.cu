@@ -146,8 +146,8 @@ extern "C" int gp_cu_rope_qk(gp_cu *d, float *q, float *k, int32_t n, int32_t nh
 
 /* ---- embedding ---- */
 /* bf16 mode as the CPU op: the row and the scale (Gemma's normalizer, a bf16 tensor) as bf16, the product rounded.
- * (Each thread's loads batched before its stores: the embedding 2.4 us shorter on an H200, the q|k|v launch after it,
- * whose weights stream from the step's start either way, about as much longer; decode level: BENCHMARKS.md.) */
+ * (Each thread's loads batched before its stores: the embedding 0.9-2.4 us shorter on an H200, the q|k|v launch after
+ * it, whose weights stream from the step's start either way, 1.1-1.4 us longer; decode level: BENCHMARKS.md.) */
 __global__ void embed_kernel(float *y, const int32_t *ids, gp_cu_wt table, float scale, int bf) {
     pdl_enter();
     const int64_t row = ids[blockIdx.x], cols = table.cols;
