@@ -718,10 +718,11 @@ TEST(backend_ops_projections_after_a_glu_or_a_residual_give_the_bits_of_copies) 
     }
 }
 
-/* rope_qk (per-head norms, then rope; no cache store: the model suites check that) against rmsnorm and rope apart,
- * for heads of hd elements in one compute mode: 0 where every output has the parts' bits. */
+/* rope_qk (per-head norms, then rope) against rmsnorm and rope apart, for heads of hd elements in one compute mode,
+ * its cache store (float32 rows from R0) against its own outputs: the rows must hold the rotated keys and the values
+ * as given.  0 where every output and row has those bits. */
 static int rope_qk_case(gp_backend *be, int32_t compute, int32_t hd) {
-    enum { N = 5, NH = 3, NKV = 2, POS = 7 };
+    enum { N = 5, NH = 3, NKV = 2, POS = 7, R0 = 2 };
     gp_ws_params p = {.n_threads = 2, .max_tokens = N, .max_keys = 1, .head_dim = hd, .compute = compute,
                       .max_cols = NH * hd};
     gp_ws *ws = NULL;
@@ -734,12 +735,20 @@ static int rope_qk_case(gp_backend *be, int32_t compute, int32_t hd) {
     float *dinv = bu_dev_from(be, inv, (size_t)hd / 2), *d[4];
     const size_t nq = (size_t)N * NH * hd, nk = (size_t)N * NKV * hd;
     for (int i = 0; i < 4; i++) d[i] = bu_dev_from(be, qk + (i & 1 ? nq : 0), i & 1 ? nk : nq);
-    be->ops->rope_qk(ws, d[0], d[1], N, NH, NKV, hd, POS, dinv, &norm, &norm, 1e-6f, 0, NULL);
+    float *vh = rand_vec(nk, 63, 2), *dv = bu_dev_from(be, vh, nk);
+    gp_kv_rows ck = bu_kv_alloc(be, R0 + N, NKV * hd, 0, 32), cv = bu_kv_alloc(be, R0 + N, NKV * hd, 0, 32);
+    const gp_kv_dst dst = {&ck, &cv, dv, R0};
+    be->ops->rope_qk(ws, d[0], d[1], N, NH, NKV, hd, POS, dinv, &norm, &norm, 1e-6f, 0, &dst);
     be->ops->rmsnorm(ws, d[2], d[2], &norm, N * NH, hd, 1e-6f, 0);
     be->ops->rmsnorm(ws, d[3], d[3], &norm, N * NKV, hd, 1e-6f, 0);
     be->ops->rope(ws, d[2], N, NH, hd, POS, dinv);
     be->ops->rope(ws, d[3], N, NKV, hd, POS, dinv);
-    const int bad = !same_bits(be, ws, d[0], d[2], nq) + !same_bits(be, ws, d[1], d[3], nk);
+    int bad = !same_bits(be, ws, d[0], d[2], nq) + !same_bits(be, ws, d[1], d[3], nk);
+    const size_t at = (size_t)R0 * NKV * hd;
+    bad += !same_bits(be, ws, ck.f + at, d[1], nk) + !same_bits(be, ws, cv.f + at, dv, nk);
+    bu_kv_free(be, &ck), bu_kv_free(be, &cv);
+    be->ops->dealloc(be, dv);
+    free(vh);
     for (int i = 0; i < 4; i++) be->ops->dealloc(be, d[i]);
     be->ops->unbind_weight(be, &norm);
     be->ops->dealloc(be, dinv);
@@ -758,8 +767,9 @@ TEST(backend_ops_rope_qk_gives_its_parts_bits_at_model_head_sizes) {
         for (int32_t mode = 0; mode < 2; mode++)
             for (size_t i = 0; i < sizeof hds / sizeof hds[0]; i++)
                 bad += rope_qk_case(be, mode ? GP_COMPUTE_BF16 : GP_COMPUTE_F32, hds[i]);
-        NOTE("%s: rope_qk (head norms, then rope) vs rmsnorm and rope apart (f32 and bf16 modes, head_dim 64, 128, 192, "
-             "256, 96, 80): %d outputs differ (want 0)", BACKENDS[b].name, bad);
+        NOTE("%s: rope_qk (head norms, then rope) vs rmsnorm and rope apart, its cache rows vs its keys and the values "
+             "(f32 and bf16 modes, head_dim 64, 128, 192, 256, 96, 80): %d outputs differ (want 0)", BACKENDS[b].name,
+             bad);
         CHECK_EQ_INT(bad, 0);
         gp_backend_free(be);
     }
