@@ -1119,25 +1119,51 @@ struct attn_pre {
     int32_t p0, np;
 };
 
-/* attn_pre's copy of split p0 / SPLIT + blockIdx.x of kv head blockIdx.y: staged as the chunk kernel stages a split
- * (stage_async: zeros where not held), then split_to_bf16's values into global memory: the same bits the chunk
- * kernel makes of it in shared memory. */
+/* Rows [i0, i0 + KV_COPY_ROWS) of attn_pre's copy, i0 = blockIdx.x KV_COPY_ROWS, of kv head blockIdx.y: each row's
+ * keys and values read from the cache (float32, or bfloat16 rows widened; zeros where the position is not held), the
+ * keys rounded to bf16 into k, the values through shared memory into their columns' words, the held flags (kv head 0):
+ * split_to_bf16's values, by blocks of a quarter split (a block a split, staged by cp.async: 64 blocks for a 512-token
+ * chunk with no held tokens before it, 6.7-9.4 us a layer on an H200; 3.0-3.7 so: BENCHMARKS.md). */
+#define KV_COPY_ROWS 16
 __global__ void __launch_bounds__(256) attn_kv_bf16_kernel(gp_cu_attn a, attn_plan pl, attn_pre c) {
-    pdl_enter();
-    extern __shared__ float smem[];
     __shared__ attn_desc_sm d;
-    __shared__ uint8_t held[SPLIT];
-    const int32_t kvh = blockIdx.y, hd = a.head_dim, i0 = blockIdx.x * SPLIT;
-    float *ks = smem, *vs = ks + SPLIT * pl.ld;
+    __shared__ int8_t run[KV_COPY_ROWS];
+    __shared__ __align__(16) float vs[KV_COPY_ROWS][32 * MAX_NE + 4];
+    const int32_t kvh = blockIdx.y, hd = a.head_dim, i0 = blockIdx.x * KV_COPY_ROWS, off = kvh * hd, nu = hd / 8;
     desc_to_smem(a, pl, NULL, &d);
+    pdl_enter();
     __syncthreads();
-    if (a.k[0].bits == 16) stage_async<true>(a, &d, (c.p0 + i0) / SPLIT, kvh, pl.ld, ks, vs, held);
-    else stage_async(a, &d, (c.p0 + i0) / SPLIT, kvh, pl.ld, ks, vs, held);
-    cp_wait<0>();
+    if (threadIdx.x < KV_COPY_ROWS) run[threadIdx.x] = (int8_t)seg_of(&d, c.p0 + i0 + (int32_t)threadIdx.x);
     __syncthreads();
-    split_to_bf16(ks, vs, pl.ld, hd, c.k + ((size_t)kvh * c.np + i0) * hd, hd,
-                  c.v + (size_t)kvh * hd * (c.np / 2) + i0 / 2, c.np / 2, held, NULL);
-    if (kvh == 0 && threadIdx.x < SPLIT) c.h[i0 + threadIdx.x] = held[threadIdx.x];
+    for (int32_t u = threadIdx.x; u < KV_COPY_ROWS * nu; u += blockDim.x) {
+        const int32_t i = u / nu, f = u - i * nu, sg = run[i], j = c.p0 + i0 + i;
+        float4 k0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), k1 = k0, v0 = k0, v1 = k0;
+        if (sg >= 0) {
+            const gp_cu_kv_seg S = d.seg[sg];
+            const gp_cu_kv_rows &K = d.rows[S.src], &V = d.rows[2 + S.src];
+            const int64_t r = S.r0 + (j - S.p0);
+            if (!S.quant) {
+                const float *kp = K.f + r * K.kvd + off + 8 * f, *vp = V.f + r * V.kvd + off + 8 * f;
+                k0 = *(const float4 *)kp, k1 = *(const float4 *)(kp + 4);
+                v0 = *(const float4 *)vp, v1 = *(const float4 *)(vp + 4);
+            } else if (K.bits == 16) { /* bfloat16 rows: widened */
+                const uint8_t *kp = K.q + 2 * (r * K.kvd + off + 8 * f), *vp = V.q + 2 * (r * V.kvd + off + 8 * f);
+                k0 = bf16x4(kp), k1 = bf16x4(kp + 8), v0 = bf16x4(vp), v1 = bf16x4(vp + 8);
+            } else { /* (quantized rows: not on this path, attn_mma) */
+                k0 = kv_at4(K, r, off + 8 * f), k1 = kv_at4(K, r, off + 8 * f + 4);
+                v0 = kv_at4(V, r, off + 8 * f), v1 = kv_at4(V, r, off + 8 * f + 4);
+            }
+        }
+        *(uint4 *)(c.k + ((size_t)kvh * c.np + i0 + i) * hd + 8 * f) = pack8(k0, k1);
+        *(float4 *)&vs[i][8 * f] = v0, *(float4 *)&vs[i][8 * f + 4] = v1;
+    }
+    __syncthreads();
+    uint32_t *v = c.v + (size_t)kvh * hd * (c.np / 2) + i0 / 2;
+    for (int32_t idx = threadIdx.x; idx < KV_COPY_ROWS / 2 * hd; idx += blockDim.x) {
+        const int32_t col = idx / (KV_COPY_ROWS / 2), kp = idx - col * (KV_COPY_ROWS / 2);
+        v[(size_t)col * (c.np / 2) + kp] = pack2(vs[2 * kp][col], vs[2 * kp + 1][col]);
+    }
+    if (kvh == 0 && threadIdx.x < KV_COPY_ROWS) c.h[i0 + threadIdx.x] = run[threadIdx.x] >= 0;
 }
 
 /* Split s's keys, value columns and held flags from attn_pre's copy into kb [SPLIT][ldk], vt [hd][VT_LD] and held
@@ -1982,8 +2008,8 @@ static int attn_chunk(gp_cu *d, const gp_cu_attn *a, const attn_plan &pl0, size_
         const int32_t qt = 16 * w / pl.G;
         const dim3 grid((unsigned)a->n_kv, (unsigned)((a->n + qt - 1) / qt), nz), blk(32 * K * w);
         const attn_pre c = pre_copy(d, a, pl);
-        if (c.k) launch(attn_kv_bf16_kernel, dim3((unsigned)(c.np / SPLIT), (unsigned)a->n_kv), dim3(256),
-                        (size_t)2 * SPLIT * pl.ld * sizeof(float), d, *a, pl, c);
+        if (c.k) launch(attn_kv_bf16_kernel, dim3((unsigned)(c.np / KV_COPY_ROWS), (unsigned)a->n_kv), dim3(256), 0,
+                        d, *a, pl, c);
         const bool exact = K == 1 && (hd == 64 || hd == 128);
         const mma_chunk_kernel kern = exact ? mma_chunk_exact[c.k ? 1 : a->k[0].bits == 16 ? 2 : 0][hd > 64]
                                       : c.k ? mma_chunk_kernels[1][K >> 1][hd > 64]

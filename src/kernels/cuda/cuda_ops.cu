@@ -99,9 +99,10 @@ __device__ __forceinline__ void rope_qk_regs(float *q, float *k, int32_t nh, int
  * given, with rmsnorm_kernel's bits; rotated at position pos0 + t); with kf, a k head and its v head also go to row
  * r0 + t of the cache's rows (kb: bfloat16 rows, kv_put).  J > 0 (hd = 32 J): rope_qk_regs. */
 template <int J>
-__global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
-                               const float *inv_freq, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one, int bf,
-                               float *kf, float *vf, const float *v, int32_t r0, int kb) {
+__device__ __forceinline__ void rope_qk_block(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
+                                              const float *inv_freq, const gp_cu_wt &qn, const gp_cu_wt &kn, float eps,
+                                              int plus_one, int bf, float *kf, float *vf, const float *v, int32_t r0,
+                                              int kb) {
     extern __shared__ float2 cs[]; /* [hd / 2] (J > 0: then the norms' weights, rope_qk_regs) */
     const int32_t t = blockIdx.x, half = hd / 2, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const float p = (float)(pos0 + t);
@@ -122,14 +123,29 @@ __global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int3
     }
 }
 
-/* rope_qk_kernel<J> for a head of hd elements: in registers where hd is 64, 128, 192 or 256, else in place; 256
- * threads a token */
+template <int J>
+__global__ void rope_qk_kernel(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0,
+                               const float *inv_freq, gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one, int bf,
+                               float *kf, float *vf, const float *v, int32_t r0, int kb) {
+    rope_qk_block<J>(q, k, nh, nkv, hd, pos0, inv_freq, qn, kn, eps, plus_one, bf, kf, vf, v, r0, kb);
+}
+/* rope_qk_kernel<4> (heads of 128) held to 4 blocks a multiprocessor: 64 registers, no spill (69 left to itself, 3
+ * blocks), so a 512-token chunk's blocks run in one wave (Qwen3-0.6B's pp512 +1.4-3.6% on an H200: BENCHMARKS.md) */
+__global__ void __launch_bounds__(256, 4)
+    rope_qk128_kernel(float *q, float *k, int32_t nh, int32_t nkv, int32_t hd, int32_t pos0, const float *inv_freq,
+                      gp_cu_wt qn, gp_cu_wt kn, float eps, int plus_one, int bf, float *kf, float *vf, const float *v,
+                      int32_t r0, int kb) {
+    rope_qk_block<4>(q, k, nh, nkv, hd, pos0, inv_freq, qn, kn, eps, plus_one, bf, kf, vf, v, r0, kb);
+}
+
+/* rope_qk_kernel<J> for a head of hd elements: in registers where hd is 64, 128 (rope_qk128_kernel), 192 or 256,
+ * else in place; 256 threads a token */
 static void launch_rope_qk(gp_cu *d, int32_t n, int32_t hd, float *q, float *k, int32_t nh, int32_t nkv, int32_t pos0,
                            const float *inv_freq, const gp_cu_wt &gq, const gp_cu_wt &gk, float eps, int plus_one,
                            float *kf, float *vf, const float *v, int32_t r0, int kb) {
     const int J = hd % 64 == 0 && hd <= 256 ? hd / 32 : 0, bf = gp_cu_bf16(d);
     const size_t sh = (size_t)(hd / 2) * sizeof(float2) + (J ? (size_t)2 * hd * sizeof(float) : 0);
-    auto kern = J == 2 ? rope_qk_kernel<2> : J == 4 ? rope_qk_kernel<4> : J == 6 ? rope_qk_kernel<6>
+    auto kern = J == 2 ? rope_qk_kernel<2> : J == 4 ? rope_qk128_kernel : J == 6 ? rope_qk_kernel<6>
               : J == 8 ? rope_qk_kernel<8> : rope_qk_kernel<0>;
     launch(kern, n, 256, sh, d, q, k, nh, nkv, hd, pos0, inv_freq, gq, gk, eps, plus_one, bf, kf, vf, v, r0, kb);
 }
